@@ -1,0 +1,272 @@
+"""``ctp``: the command line. It only parses, calls the library and prints.
+
+Every command takes ``--store URL`` (default: ``$CTP_STORE``, else a local store under
+``~/.ctp/store``), prints a human table by default and JSON with ``--json``, and exits
+non-zero with a one-line cause on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ctp_state import validate
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import CtpError
+from ctp_state.l0 import Record
+from ctp_state.store import ObjectStore, open_store, redact_url
+
+DEFAULT_STORE = "file://" + os.path.join(os.path.expanduser("~"), ".ctp", "store")
+
+err_console = Console(stderr=True)
+
+
+def default_store_url() -> str:
+    return os.environ.get("CTP_STORE") or DEFAULT_STORE
+
+
+def fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def command(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--store``/``--json`` and turn every error into one line and exit 1."""
+
+    @click.option("--store", "store_url", default=default_store_url, show_default="$CTP_STORE or ~/.ctp/store",
+                  help="Store URL: file:///abs/path or s3://bucket/prefix.")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+    @wraps(fn)
+    def wrapper(store_url: str, as_json: bool, **kwargs: Any) -> None:
+        try:
+            store = open_store(store_url)
+            fn(store, as_json, **kwargs)
+        except CtpError as e:
+            fail(str(e))
+        except (OSError, ValueError) as e:
+            fail(f"{type(e).__name__}: {e}")
+        except Exception as e:  # noqa: BLE001 - a CLI must not dump a traceback by default
+            if os.environ.get("CTP_DEBUG"):
+                raise
+            fail(f"unexpected {type(e).__name__}: {e} (set CTP_DEBUG=1 for a traceback)")
+
+    return wrapper
+
+
+def emit(as_json: bool, data: Any, table: Table | str | None = None) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+    elif isinstance(table, str):
+        click.echo(table)
+    elif table is not None:
+        Console().print(table)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """ctp: epoch-based reconciliation and garbage collection for object-storage topics."""
+
+
+# --- topics -----------------------------------------------------------------------------
+
+
+@main.group()
+def topic() -> None:
+    """Create and list topics."""
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, required=True, help="Number of partitions.")
+@click.option("--exist-ok", is_flag=True, help="Succeed if the topic exists with this partition count.")
+@command
+def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, exist_ok: bool) -> None:
+    """Create topic NAME (or finish a crashed creation)."""
+    from ctp_state.topics import create_topic
+
+    t = create_topic(store, name, partitions, exist_ok=exist_ok)
+    emit(as_json, {"topic": t.name, "partitions": t.partitions},
+         f"created topic {t.name} with {t.partitions} partitions in {store.url}")
+
+
+@topic.command("list")
+@command
+def topic_list(store: ObjectStore, as_json: bool) -> None:
+    """List topics."""
+    from ctp_state.topics import list_topics
+
+    topics = list_topics(store)
+    table = Table("topic", "partitions", "created")
+    for t in topics:
+        table.add_row(t.name, str(t.partitions), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t.created_ms / 1000)))
+    emit(as_json, [{"topic": t.name, "partitions": t.partitions, "created_ms": t.created_ms} for t in topics],
+         table if topics else "no topics")
+
+
+# --- epoch ------------------------------------------------------------------------------
+
+
+@main.group()
+def epoch() -> None:
+    """Show or advance the cluster epoch."""
+
+
+@epoch.command("show")
+@command
+def epoch_show(store: ObjectStore, as_json: bool) -> None:
+    """Print the current cluster epoch."""
+    c = ClusterEpoch(store).current()
+    emit(as_json, {"epoch": c}, str(c))
+
+
+@epoch.command("advance")
+@command
+def epoch_advance(store: ObjectStore, as_json: bool) -> None:
+    """Atomically advance the cluster epoch by one and print the new value."""
+    c = ClusterEpoch(store).advance()
+    emit(as_json, {"epoch": c}, str(c))
+
+
+# --- produce ----------------------------------------------------------------------------
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=err_console, transient=False, disable=not err_console.is_terminal,
+    )
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True), required=False)
+@click.option("--generate", is_flag=True, help="Produce synthetic records instead of reading FILE.")
+@click.option("--topic", "topic_name", help="Topic for --generate.")
+@click.option("--records", type=int, default=10_000, show_default=True, help="Records to generate.")
+@click.option("--value-size", type=int, default=100, show_default=True, help="Bytes per generated value.")
+@click.option("--batch-records", type=int, default=5_000, show_default=True,
+              help="Records per flush (one L0 object each).")
+@click.option("--seed", type=int, default=None, help="Seed for --generate (repeatable data).")
+@command
+def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool, topic_name: str | None,
+            records: int, value_size: int, batch_records: int, seed: int | None) -> None:
+    """Produce records from a JSON-lines FILE ('-' for stdin) or with --generate.
+
+    Each line: {"topic": ..., "partition": N, "value": "text" | "value_b64": "...",
+    "key"/"key_b64", "headers": {"name": "text"}, "timestamp": ms}.
+    """
+    from ctp_state.producer import Producer, write_with_retry
+
+    if generate == (file is not None):
+        raise click.UsageError("give either FILE or --generate")
+    if batch_records < 1:
+        raise click.UsageError("--batch-records must be >= 1")
+    started = time.monotonic()
+    accepted = rejected = 0
+    reasons: dict[str, int] = defaultdict(int)
+    first_error: str | None = None
+    with Producer(store) as producer:
+        batches = (_generated(producer, topic_name, records, value_size, batch_records, seed) if generate
+                   else _from_file(producer, file, batch_records))  # type: ignore[arg-type]
+        total = records if generate else None
+        with _progress() as progress:
+            task = progress.add_task("producing", total=total)
+            for chunks in batches:
+                ok, bad = write_with_retry(producer, chunks)
+                accepted += sum(v.records for v in ok)
+                rejected += sum(v.records for v in bad)
+                for v in bad:
+                    reasons[v.reason or "error"] += v.records
+                    first_error = first_error or str(v.error)
+                progress.advance(task, sum(len(r) for _, r in chunks))
+    seconds = time.monotonic() - started
+    summary = {"accepted": accepted, "rejected": rejected, "rejected_by_reason": dict(reasons),
+               "seconds": round(seconds, 3), "records_per_second": round((accepted + rejected) / max(seconds, 1e-9))}
+    emit(as_json, summary, f"accepted {accepted} records, rejected {rejected} in {seconds:.1f}s"
+         + (f" ({dict(reasons)}; first: {first_error})" if rejected else ""))
+    if rejected:
+        sys.exit(1)
+
+
+def _generated(producer: Any, topic_name: str | None, n: int, value_size: int, batch: int, seed: int | None):
+    if not topic_name:
+        raise click.UsageError("--generate needs --topic")
+    if n < 0 or value_size < 0:
+        raise click.UsageError("--records and --value-size must be >= 0")
+    t = producer.topic(topic_name)
+    rng = random.Random(seed)
+    i = 0
+    while i < n:
+        chunks: dict[tuple[str, int], list[Record]] = defaultdict(list)
+        now = int(time.time() * 1000)
+        for j in range(i, min(n, i + batch)):
+            value = rng.randbytes(value_size)
+            chunks[(t.name, j % t.partitions)].append(
+                Record(value, f"key-{j}".encode(), now, (("source", b"ctp-generate"),)))
+        i = min(n, i + batch)
+        yield sorted(chunks.items())
+
+
+def _from_file(producer: Any, file: str, batch: int):
+    from ctp_state.jsonl import read_records
+
+    name = "<stdin>" if file == "-" else file
+    # Validate the whole input first: bad input writes nothing.
+    with click.open_file(file, "r", encoding="utf-8") as f:
+        parsed = list(read_records(f, name))
+    for i, (t, p, _) in enumerate(parsed):
+        try:
+            producer.topic(t).check_partition(p)
+        except CtpError as e:
+            raise CtpError(f"{name}: record {i + 1}: {e}") from None
+    for start in range(0, len(parsed), batch):
+        chunks: dict[tuple[str, int], list[Record]] = defaultdict(list)
+        for t, p, rec in parsed[start:start + batch]:
+            chunks[(t, p)].append(rec)
+        yield sorted(chunks.items())
+
+
+# --- status -----------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
+@command
+def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
+    """Per partition: fence window, applied epochs, lower bound, M(p), reconcile lag."""
+    from ctp_state.status import describe, read_states, select_topics
+
+    for name in topics:
+        validate.topic_name(name)
+    c = ClusterEpoch(store).current()
+    states = read_states(store, select_topics(store, topics))
+    rows = [describe(s) for s in states]
+    if as_json:
+        emit(True, {"cluster_epoch": c, "store": redact_url(store.url), "partitions": rows})
+        return
+    table = Table("topic", "part", "window", "max_applied", "prev_applied", "lower_bound", "M(p)",
+                  "end offset", "lag (entries/records/bytes)", "writer", title=f"cluster epoch {c}")
+    for r in rows:
+        w = r["window"]
+        table.add_row(
+            r["topic"], str(r["partition"]), f"[{w[0]}, {w[1]}]" if w else "[]",
+            str(r["max_applied_epoch"]), str(r["previous_applied_epoch"]), str(r["min_epoch_lower_bound"]),
+            str(r["m"]), str(r["next_offset"]), f"{r['lag_entries']}/{r['lag_records']}/{r['lag_bytes']}",
+            str(r["writer_epoch"]),
+        )
+    emit(False, None, table if rows else "no partitions")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,204 @@
+"""Every error ctp raises, in one flat module.
+
+Each error carries the fields an operator or a caller needs (topic, partition, epoch,
+window, key) and its message reads as one sentence that says what is wrong and where.
+Messages never contain credentials: stores are named by their redacted URL.
+"""
+
+from __future__ import annotations
+
+
+class CtpError(Exception):
+    """Base of all ctp errors. ``str(err)`` is a one-line, operator-readable cause."""
+
+
+# --- configuration and input -------------------------------------------------------
+
+
+class ConfigError(CtpError):
+    """A setting (environment variable, URL, CLI flag) is missing or malformed."""
+
+
+class InvalidTopicName(CtpError):
+    def __init__(self, name: str, reason: str):
+        self.name = name
+        super().__init__(f"invalid topic name {name!r}: {reason}")
+
+
+class InvalidEpoch(CtpError):
+    def __init__(self, value: object, reason: str):
+        self.value = value
+        super().__init__(f"invalid epoch {value!r}: {reason}")
+
+
+class InvalidRecord(CtpError):
+    """A producer input record is malformed; ``where`` says which line or field."""
+
+    def __init__(self, where: str, reason: str):
+        self.where = where
+        super().__init__(f"{where}: {reason}")
+
+
+class TopicNotFound(CtpError):
+    def __init__(self, topic: str):
+        self.topic = topic
+        super().__init__(f"topic {topic!r} does not exist (create it with `ctp topic create`)")
+
+
+class TopicExists(CtpError):
+    def __init__(self, topic: str, partitions: int):
+        self.topic = topic
+        self.partitions = partitions
+        super().__init__(f"topic {topic!r} already exists with {partitions} partitions")
+
+
+class PartitionNotFound(CtpError):
+    def __init__(self, topic: str, partition: int, partitions: int):
+        self.topic, self.partition = topic, partition
+        super().__init__(
+            f"partition {partition} of topic {topic!r} does not exist "
+            f"(the topic has partitions 0..{partitions - 1})"
+        )
+
+
+# --- object store ------------------------------------------------------------------
+
+
+class StoreError(CtpError):
+    """An object-store request failed in a way a retry did not fix."""
+
+
+class ObjectNotFound(StoreError):
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"object {key!r} not found")
+
+
+class KeyExists(StoreError):
+    """A create-if-absent lost: the key already exists (S3 412/409, EEXIST locally)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"object {key!r} already exists")
+
+
+class InvalidKey(StoreError):
+    def __init__(self, key: str, reason: str):
+        self.key = key
+        super().__init__(f"invalid object key {key!r}: {reason}")
+
+
+# --- formats -----------------------------------------------------------------------
+
+
+class CorruptData(CtpError):
+    """Bytes read from the store do not decode: checksum mismatch, truncation, bad JSON."""
+
+    def __init__(self, key: str, reason: str):
+        self.key = key
+        self.reason = reason
+        super().__init__(f"corrupt data in {key!r}: {reason}")
+
+
+class UnsupportedVersion(CorruptData):
+    """An entry, snapshot or L0 object has a format version this build does not know.
+
+    Unknown versions are refused, never guessed: an older ctp must not misread the
+    output of a newer one.
+    """
+
+    def __init__(self, key: str, what: str, version: object, supported: tuple[int, ...]):
+        self.version = version
+        super().__init__(
+            key, f"{what} version {version!r} is not supported (this ctp reads {list(supported)})"
+        )
+
+
+class LogGap(CorruptData):
+    def __init__(self, key: str, expected: int, found: int):
+        super().__init__(key, f"state log is not dense: expected offset {expected}, found {found}")
+
+
+# --- the state machine's verdicts ----------------------------------------------------
+
+
+class Rejected(CtpError):
+    """Base of the verdicts ``apply`` gives to an entry it does not accept.
+
+    These are deterministic: every reader of the log reaches the same verdict.
+    """
+
+    code = "rejected"
+
+
+class StaleClusterEpoch(Rejected):
+    """R1/R2: the epoch is older than the partition accepts; refresh it and retry."""
+
+    code = "stale_epoch"
+
+    def __init__(self, topic: str, partition: int, epoch: int, window: tuple[int, int] | None):
+        self.topic, self.partition, self.epoch, self.window = topic, partition, epoch, window
+        shown = f"[{window[0]}, {window[1]}]" if window else "[]"
+        super().__init__(
+            f"{topic}/{partition}: cluster epoch {epoch} is stale, the partition accepts "
+            f"epochs in {shown}; refresh the cluster epoch and retry"
+        )
+
+
+class WriterFenced(Rejected):
+    """R5: a newer claim superseded this writer; it stays fenced."""
+
+    code = "writer_fenced"
+
+    def __init__(self, topic: str, partition: int, writer_epoch: int, current: int):
+        self.topic, self.partition = topic, partition
+        self.writer_epoch, self.current = writer_epoch, current
+        super().__init__(
+            f"{topic}/{partition}: writer epoch {writer_epoch} is fenced by writer epoch "
+            f"{current}; another writer claimed the partition"
+        )
+
+
+class UnknownWriterEpoch(Rejected):
+    """R5: the writer epoch is ahead of the log; refresh the state and retry."""
+
+    code = "unknown_writer_epoch"
+
+    def __init__(self, topic: str, partition: int, writer_epoch: int, current: int):
+        self.topic, self.partition = topic, partition
+        self.writer_epoch, self.current = writer_epoch, current
+        super().__init__(
+            f"{topic}/{partition}: writer epoch {writer_epoch} is ahead of the log's "
+            f"{current}; refresh the partition state and retry"
+        )
+
+
+class ClaimHeld(Rejected):
+    """R5: an exclusive claim was asked for while another owner holds a live claim."""
+
+    code = "claim_held"
+
+    def __init__(self, topic: str, partition: int, owner: str, mode: str, lease_until_ms: int):
+        self.topic, self.partition = topic, partition
+        self.owner, self.mode, self.lease_until_ms = owner, mode, lease_until_ms
+        super().__init__(
+            f"{topic}/{partition}: a {mode} claim is held by {owner!r} until "
+            f"lease expiry at {lease_until_ms} ms"
+        )
+
+
+class InvalidTransition(Rejected):
+    """An entry that no correct writer produces (wrong order, bound moved too far)."""
+
+    code = "invalid"
+
+    def __init__(self, topic: str, partition: int, reason: str):
+        self.topic, self.partition = topic, partition
+        super().__init__(f"{topic}/{partition}: {reason}")
+
+
+class ContentionTimeout(CtpError):
+    """An append lost the create-if-absent race more times than the retry budget allows."""
+
+    def __init__(self, what: str, attempts: int):
+        super().__init__(f"{what}: gave up after {attempts} attempts lost to concurrent writers")

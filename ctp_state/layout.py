@@ -1,0 +1,76 @@
+"""Where everything lives in the store. Every key ctp writes is built here.
+
+::
+
+    cluster/epoch/hint                          newest epoch seen by an advancer (a hint)
+    cluster/epoch/markers/<epoch:018d>          one create-if-absent marker per epoch
+    meta/topics/<topic>.json                    topic metadata (partition count)
+    logs/<topic>/<partition:06d>/<offset:020d>.json        state-log entries
+    snapshots/<topic>/<partition:06d>/latest.json          newest state snapshot
+    l0/<spread:03d>/<epoch:018d>/<uuid>.l0     L0 objects (DESIGN 2b)
+    l1/<topic>/<partition:06d>/<first:020d>-<last:020d>.parquet   L1 files
+
+Zero-padding makes byte-wise key order equal numeric order, so listing a log lists
+offsets in order and listing an L0 spread prefix lists epochs in order.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ctp_state.errors import CorruptData
+
+EPOCH_HINT = "cluster/epoch/hint"
+EPOCH_MARKERS = "cluster/epoch/markers/"
+TOPICS = "meta/topics/"
+L0_ROOT = "l0/"
+L1_ROOT = "l1/"
+
+
+def epoch_marker(epoch: int) -> str:
+    return f"{EPOCH_MARKERS}{epoch:018d}"
+
+
+def topic_meta(topic: str) -> str:
+    return f"{TOPICS}{topic}.json"
+
+
+def log_prefix(topic: str, partition: int) -> str:
+    return f"logs/{topic}/{partition:06d}/"
+
+
+def log_entry(topic: str, partition: int, offset: int) -> str:
+    return f"{log_prefix(topic, partition)}{offset:020d}.json"
+
+
+_ENTRY_RE = re.compile(r"(\d{20})\.json")
+
+
+def log_offset_of(key: str, prefix: str) -> int:
+    m = _ENTRY_RE.fullmatch(key[len(prefix) :])
+    if not m:
+        raise CorruptData(key, "not a state-log entry key")
+    return int(m.group(1))
+
+
+def snapshot(topic: str, partition: int) -> str:
+    return f"snapshots/{topic}/{partition:06d}/latest.json"
+
+
+def l0_key(spread: int, epoch: int, unique: str) -> str:
+    return f"{L0_ROOT}{spread:03d}/{epoch:018d}/{unique}.l0"
+
+
+_L0_RE = re.compile(r"l0/(\d{3})/(\d{18})/([0-9A-Za-z_-]+)\.l0")
+
+
+def parse_l0_key(key: str) -> tuple[int, int]:
+    """Return ``(spread, epoch)`` of an L0 key; raise :class:`CorruptData` naming it."""
+    m = _L0_RE.fullmatch(key)
+    if not m:
+        raise CorruptData(key, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0")
+    return int(m.group(1)), int(m.group(2))
+
+
+def l1_key(topic: str, partition: int, first: int, last: int) -> str:
+    return f"{L1_ROOT}{topic}/{partition:06d}/{first:020d}-{last:020d}.parquet"

@@ -1,0 +1,227 @@
+"""The producer: buffer records for many partitions, flush them as one L0 object.
+
+A flush (1) reads the cluster epoch (through a TTL cache), (2) uploads one L0 object
+whose key embeds that epoch, (3) for each partition's chunk fences the epoch (R1) and
+appends one placeholder to the partition's state log, and (4) returns one verdict per
+partition: accepted with its base offset, or rejected with the reason and the
+partition's window. A rejected write is always reported (I4); the L0 object of a
+rejected chunk becomes garbage that the GC collects once its epoch is <= M.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+from ctp_state import layout, validate
+from ctp_state import state as sm
+from ctp_state.entries import Placeholder
+from ctp_state.epoch import ClusterEpoch, EpochCache
+from ctp_state.errors import CtpError, Rejected
+from ctp_state.fence import EpochFence
+from ctp_state.l0 import ChunkRef, Record, build_object
+from ctp_state.log import PartitionLog
+from ctp_state.store import ObjectStore
+from ctp_state.topics import Topic, get_topic
+
+DEFAULT_SPREAD_WIDTH = 16
+
+
+class PartitionWriter:
+    """One process's handle on one partition: its state, its fence, its log."""
+
+    def __init__(self, log: PartitionLog, writer_epoch: int | None = None):
+        self.log = log
+        self.writer_epoch = writer_epoch
+        self._state_lock = threading.Lock()
+        self._append_lock = threading.Lock()
+        self._state: sm.PartitionState | None = None
+        self.fence = EpochFence(self._get_state, self._set_state, self._state_lock)
+
+    def _get_state(self) -> sm.PartitionState:
+        if self._state is None:
+            with self._append_lock:
+                if self._state is None:
+                    self._state = self.log.read_state()
+        return self._state
+
+    def _set_state(self, st: sm.PartitionState) -> None:
+        self._state = st
+
+    @property
+    def state(self) -> sm.PartitionState:
+        return self._get_state()
+
+    def _install(self, new: sm.PartitionState) -> None:
+        """Adopt a state produced by an append, keeping a window a concurrent fence
+        may have slid meanwhile."""
+        with self._state_lock:
+            cur = self._state
+            if cur is not None and cur.max_seen_epoch is not None and (
+                new.max_seen_epoch is None or cur.max_seen_epoch > new.max_seen_epoch
+            ):
+                new = replace(new, max_seen_epoch=cur.max_seen_epoch, oldest_accepted_epoch=cur.oldest_accepted_epoch)
+            self._state = new
+
+    def append_placeholder(self, ph: Placeholder) -> tuple[int, sm.Outcome]:
+        """Fence ``ph.epoch`` and append ``ph``. Raises StaleClusterEpoch if the fence
+        refuses; otherwise returns the log offset and the apply verdict (R2 may still
+        reject it: the log, not this process's window, has the last word)."""
+        with self.fence.fence(ph.epoch):
+            with self._append_lock:
+                appended = self.log.append(self._get_state(), lambda s: ph)
+                self._install(appended.outcome.state)
+        return appended.offset, appended.outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What happened to one partition's records in one flush."""
+
+    topic: str
+    partition: int
+    records: int
+    l0_key: str
+    base_offset: int | None = None  # set when accepted
+    error: CtpError | None = None  # set when not accepted
+
+    @property
+    def accepted(self) -> bool:
+        return self.error is None
+
+    @property
+    def reason(self) -> str | None:
+        if self.error is None:
+            return None
+        return getattr(self.error, "code", "error")
+
+
+class Producer:
+    """Buffers records and flushes them as one L0 object. Thread-safe flushes."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        epoch_ttl_s: float = 5.0,
+        spread_width: int = DEFAULT_SPREAD_WIDTH,
+        append_threads: int = 16,
+        rng: random.Random | None = None,
+        epochs: EpochCache | None = None,
+        on_epoch: Callable[[int], int] | None = None,
+    ):
+        if not 1 <= spread_width <= 1000:
+            raise ValueError(f"spread width must be in [1, 1000], got {spread_width}")
+        self.store = store
+        self.epochs = epochs or EpochCache(ClusterEpoch(store), ttl_s=epoch_ttl_s)
+        self.spread_width = spread_width
+        self._rng = rng or random.Random()
+        self._topics: dict[str, Topic] = {}
+        self._writers: dict[tuple[str, int], PartitionWriter] = {}
+        self._lock = threading.Lock()
+        self._buffer: dict[tuple[str, int], list[Record]] = defaultdict(list)
+        self._pool = ThreadPoolExecutor(max_workers=append_threads, thread_name_prefix="ctp-append")
+        self._on_epoch = on_epoch  # test hook: rewrite the epoch a flush uses
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def topic(self, name: str) -> Topic:
+        with self._lock:
+            t = self._topics.get(name)
+        if t is None:
+            t = get_topic(self.store, name)
+            with self._lock:
+                self._topics[name] = t
+        return t
+
+    def writer(self, topic: str, partition: int) -> PartitionWriter:
+        with self._lock:
+            w = self._writers.get((topic, partition))
+            if w is None:
+                w = self._writers[(topic, partition)] = PartitionWriter(PartitionLog(self.store, topic, partition))
+            return w
+
+    def send(self, topic: str, partition: int, record: Record) -> None:
+        """Buffer ``record`` for ``topic``/``partition`` (validated now, not at flush)."""
+        self.topic(topic).check_partition(partition)
+        with self._lock:
+            self._buffer[(topic, partition)].append(record)
+
+    @property
+    def buffered(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._buffer.values())
+
+    def flush(self) -> list[Verdict]:
+        with self._lock:
+            batch, self._buffer = self._buffer, defaultdict(list)
+        if not batch:
+            return []
+        return self.write(sorted(batch.items()))
+
+    def write(self, chunks: Iterable[tuple[tuple[str, int], list[Record]]], epoch: int | None = None) -> list[Verdict]:
+        """Write one L0 object holding ``chunks`` and append its placeholders."""
+        chunks = [((t, p), recs) for (t, p), recs in chunks if recs]
+        for (t, p), _ in chunks:
+            self.topic(t).check_partition(p)
+        e = validate.epoch(epoch if epoch is not None else self.epochs.get())
+        if self._on_epoch:
+            e = self._on_epoch(e)
+        data, refs = build_object(e, ((t, p, recs) for (t, p), recs in chunks))
+        key = layout.l0_key(self._rng.randrange(self.spread_width), e, uuid.uuid4().hex)
+        self.store.put(key, data)
+        futures = [self._pool.submit(self._append, key, e, ref) for ref in refs]
+        verdicts = [f.result() for f in futures]
+        if any(v.reason == "stale_epoch" for v in verdicts):
+            self.epochs.invalidate()
+        return verdicts
+
+    def _append(self, key: str, epoch: int, ref: ChunkRef) -> Verdict:
+        w = self.writer(ref.topic, ref.partition)
+        ph = Placeholder(epoch, key, ref.byte_offset, ref.byte_length, ref.record_count, ref.crc32c, w.writer_epoch)
+        try:
+            _, outcome = w.append_placeholder(ph)
+        except Rejected as e:  # the in-process fence refused it
+            return Verdict(ref.topic, ref.partition, ref.record_count, key, error=e)
+        except CtpError as e:  # the store failed: not acknowledged, reported as such
+            return Verdict(ref.topic, ref.partition, ref.record_count, key, error=e)
+        if outcome.rejected is not None:
+            return Verdict(ref.topic, ref.partition, ref.record_count, key, error=outcome.rejected)
+        return Verdict(ref.topic, ref.partition, ref.record_count, key, base_offset=outcome.base_offset)
+
+
+def write_with_retry(
+    producer: Producer, chunks: list[tuple[tuple[str, int], list[Record]]], *, attempts: int = 3
+) -> tuple[list[Verdict], list[Verdict]]:
+    """Write ``chunks``; re-send chunks rejected for a stale epoch with a fresh epoch,
+    up to ``attempts`` flushes in all. Returns ``(accepted, still_rejected)``: nothing
+    is dropped without being in one of the two lists."""
+    accepted: list[Verdict] = []
+    pending = [c for c in chunks if c[1]]
+    rejected: list[Verdict] = []
+    for attempt in range(attempts):
+        if not pending:
+            break
+        verdicts = producer.write(pending)
+        retry, rejected = [], []
+        for verdict, chunk in zip(verdicts, pending):
+            if verdict.accepted:
+                accepted.append(verdict)
+            elif verdict.reason == "stale_epoch" and attempt + 1 < attempts:
+                retry.append(chunk)
+            else:
+                rejected.append(verdict)
+        pending = retry
+    return accepted, rejected

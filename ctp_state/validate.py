@@ -1,0 +1,48 @@
+"""Validation of names and numbers that come from users or from the store."""
+
+from __future__ import annotations
+
+import re
+
+from ctp_state.errors import InvalidEpoch, InvalidTopicName
+
+INT64_MAX = 2**63 - 1
+
+# Kafka's rule for topic names. It also keeps names safe as object-key and path parts:
+# no '/', and '.' / '..' are refused below.
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def topic_name(name: object) -> str:
+    """Return ``name`` if it is a valid topic name, else raise :class:`InvalidTopicName`."""
+    if not isinstance(name, str):
+        raise InvalidTopicName(repr(name), "must be a string")
+    if name in (".", ".."):
+        raise InvalidTopicName(name, "'.' and '..' are reserved")
+    if not _TOPIC_RE.fullmatch(name):
+        if not name:
+            raise InvalidTopicName(name, "must not be empty")
+        if len(name) > 249:
+            raise InvalidTopicName(name[:40] + "...", f"is {len(name)} characters, at most 249 allowed")
+        raise InvalidTopicName(name, "only letters, digits, '.', '_' and '-' are allowed")
+    return name
+
+
+def epoch(value: object, *, what: str = "epoch") -> int:
+    """Return ``value`` as a cluster epoch (an int64 >= 1) or raise :class:`InvalidEpoch`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidEpoch(value, f"{what} must be an integer")
+    if value < 1:
+        raise InvalidEpoch(value, f"{what} must be >= 1")
+    if value > INT64_MAX:
+        raise InvalidEpoch(value, f"{what} must fit in int64 (<= {INT64_MAX})")
+    return value
+
+
+def int64(value: object, *, what: str, minimum: int = 0) -> int:
+    """Return ``value`` if it is an int in [minimum, INT64_MAX], else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    if value < minimum or value > INT64_MAX:
+        raise ValueError(f"{what} must be in [{minimum}, {INT64_MAX}], got {value}")
+    return value

@@ -1,0 +1,101 @@
+"""Shared fixtures: a real moto S3 server over HTTP, and stores on both backends."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from ctp_state.store import ObjectStore, S3Settings, S3Store, open_store
+
+settings.register_profile("ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MotoServer:
+    """moto's S3 server as a separate process on 127.0.0.1, reached over HTTP."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        exe = shutil.which("moto_server") or os.path.join(os.path.dirname(sys.executable), "moto_server")
+        self.proc = subprocess.Popen(
+            [exe, "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError("moto_server exited at start")
+                time.sleep(0.1)
+        raise RuntimeError("moto_server did not start within 30 s")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "CTP_S3_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing-key-id",
+            "AWS_SECRET_ACCESS_KEY": "testing-secret-do-not-log",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
+    def new_bucket(self) -> str:
+        name = "ctp-" + uuid.uuid4().hex[:20]
+        S3Settings.from_env(self.env).client().create_bucket(Bucket=name)
+        return name
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    server = MotoServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["file", "s3"])
+def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[tuple[str, dict[str, str]]]:
+    """``(url, env)`` for a fresh, empty store on each backend."""
+    if request.param == "file":
+        yield f"file://{tmp_path}/store", {}
+    else:
+        moto: MotoServer = request.getfixturevalue("moto")
+        yield f"s3://{moto.new_bucket()}/ctp-test", moto.env
+
+
+@pytest.fixture
+def store(store_url) -> ObjectStore:
+    url, env = store_url
+    return open_store(url, env)
+
+
+@pytest.fixture
+def subprocess_env(store_url) -> dict[str, str]:
+    """Environment for child processes that open the same store."""
+    url, env = store_url
+    return {**os.environ, **env, "CTP_STORE": url}

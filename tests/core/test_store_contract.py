@@ -1,0 +1,122 @@
+"""One contract for the object store, run against the local filesystem and S3 (moto
+server over HTTP)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from ctp_state.errors import InvalidKey, KeyExists, ObjectNotFound
+from ctp_state.store import MAX_DELETE_BATCH, ObjectStore
+
+
+def put_all(store: ObjectStore, names: list[str]) -> None:
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda k: store.put(k, b"x"), names))
+
+
+def keys(store: ObjectStore, prefix: str = "", start_after: str | None = None) -> list[str]:
+    return [o.key for o in store.list(prefix, start_after=start_after)]
+
+
+def test_put_get_head_roundtrip(store: ObjectStore):
+    store.put("a/b/c.bin", b"hello")
+    assert store.get("a/b/c.bin") == b"hello"
+    info = store.head("a/b/c.bin")
+    assert info is not None and info.size == 5 and info.key == "a/b/c.bin"
+    store.put("a/b/c.bin", b"replaced")
+    assert store.get("a/b/c.bin") == b"replaced"
+    assert store.head("a/b/missing") is None
+
+
+def test_get_missing_raises_not_found(store: ObjectStore):
+    with pytest.raises(ObjectNotFound) as e:
+        store.get("nope/x")
+    assert e.value.key == "nope/x"
+    with pytest.raises(ObjectNotFound):
+        store.get_range("nope/x", 0, 3)
+
+
+def test_get_range(store: ObjectStore):
+    store.put("r", bytes(range(100)))
+    assert store.get_range("r", 10, 5) == bytes(range(10, 15))
+    assert store.get_range("r", 95, 10) == bytes(range(95, 100))  # short at the end
+    assert store.get_range("r", 0, 0) == b""
+
+
+def test_put_if_absent_creates_once(store: ObjectStore):
+    store.put_if_absent("log/0", b"first")
+    with pytest.raises(KeyExists) as e:
+        store.put_if_absent("log/0", b"second")
+    assert e.value.key == "log/0"
+    assert store.get("log/0") == b"first"
+
+
+def test_list_is_bytewise_key_order_across_directories(store: ObjectStore):
+    # '-' and '.' sort before '/', so a naive directory walk would get these wrong.
+    names = ["a/x", "a-b/x", "a.c", "a/y/z", "ab", "a0", "b", "A"]
+    for n in names:
+        store.put(n, n.encode())
+    assert keys(store) == sorted(names, key=str.encode)
+
+
+def test_list_prefix_and_start_after(store: ObjectStore):
+    for i in range(20):
+        store.put(f"p/{i:03d}", b"x")
+    store.put("q/000", b"x")
+    store.put("p0", b"x")
+    assert keys(store, "p/") == [f"p/{i:03d}" for i in range(20)]
+    assert keys(store, "p/", start_after="p/014") == [f"p/{i:03d}" for i in range(15, 20)]
+    assert keys(store, "p/01") == [f"p/{i:03d}" for i in range(10, 20)]
+    assert keys(store, "p", start_after="p/019") == ["p0"]
+    assert keys(store, "", start_after="p0") == ["q/000"]
+    assert keys(store, "zzz") == []
+
+
+def test_list_paginates_past_1000_keys(store: ObjectStore):
+    n = 2 * MAX_DELETE_BATCH + 150
+    put_all(store, [f"many/{i:06d}" for i in range(n)])
+    listed = keys(store, "many/")
+    assert listed == [f"many/{i:06d}" for i in range(n)]
+    assert keys(store, "many/", start_after="many/001500")[:2] == ["many/001501", "many/001502"]
+
+
+def test_list_prefixes(store: ObjectStore):
+    for k in ["l0/000/1/a", "l0/000/2/b", "l0/007/1/c", "l0/010/1/d", "l1/x"]:
+        store.put(k, b"")
+    assert store.list_prefixes("l0/") == ["l0/000/", "l0/007/", "l0/010/"]
+    assert store.list_prefixes("") == ["l0/", "l1/"]
+    assert store.list_prefixes("none/") == []
+
+
+def test_delete_many_batches_over_1000(store: ObjectStore):
+    n = MAX_DELETE_BATCH + 234
+    names = [f"d/{i:05d}" for i in range(n)]
+    put_all(store, names + ["keep"])
+    res = store.delete_many(names + ["d/never-existed"])
+    assert not res.errors
+    assert len(res.deleted) == n + 1  # absent keys count as deleted (S3 semantics)
+    assert keys(store) == ["keep"]
+
+
+def test_batches_sent_to_the_backend_never_exceed_1000(store: ObjectStore, monkeypatch):
+    sizes: list[int] = []
+    real = store._delete_batch
+
+    def spy(batch):
+        sizes.append(len(batch))
+        return real(batch)
+
+    monkeypatch.setattr(store, "_delete_batch", spy)
+    store.delete_many(f"k/{i}" for i in range(2500))
+    assert sizes == [1000, 1000, 500]
+
+
+@pytest.mark.parametrize("bad", ["", "/abs", "a//b", "a/../b", "../x", "a/./b", "trail/", "nul\x00"])
+def test_invalid_keys_are_refused_before_any_io(store: ObjectStore, bad: str):
+    with pytest.raises(InvalidKey):
+        store.put(bad, b"x")
+    with pytest.raises(InvalidKey):
+        store.put_if_absent(bad, b"x")
+    assert keys(store) == []
