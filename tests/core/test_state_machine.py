@@ -1,0 +1,307 @@
+"""The pure state machine: R1 window, R2 apply-time check, R3 lower bound, R5 claims,
+R6 advance, snapshots and recovery."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctp_state import state as sm
+from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release
+from ctp_state.errors import (
+    ClaimHeld,
+    InvalidTransition,
+    StaleClusterEpoch,
+    UnknownWriterEpoch,
+    WriterFenced,
+)
+
+T, P = "t", 0
+
+
+def ph(epoch: int, n: int = 1, writer_epoch: int | None = None) -> Placeholder:
+    return Placeholder(epoch, f"l0/000/{epoch:018d}/x.l0", 8, 10, n, 0, writer_epoch)
+
+
+class Log:
+    """A tiny in-memory log driver: appends entries and keeps the verdicts."""
+
+    def __init__(self, init_epoch: int | None = 5):
+        self.state = sm.PartitionState(T, P)
+        self.entries: list = []
+        if init_epoch is not None:
+            self.add(Init(init_epoch))
+
+    def add(self, entry) -> sm.Outcome:
+        out = sm.apply(self.state, len(self.entries), entry)
+        self.entries.append(entry)
+        self.state = out.state
+        return out
+
+    def claim(self, owner="rec", mode=AccessMode.EXCLUSIVE, now=0, lease=1000) -> sm.Outcome:
+        return self.add(Claim(self.state.writer_epoch + 1, owner, mode, now + lease, now))
+
+
+# --- R1: the window, through the pure functions ---------------------------------------
+
+
+def fence(s: sm.PartitionState, epoch: int) -> sm.PartitionState:
+    verdict = sm.classify(s, epoch)
+    if verdict == sm.STALE:
+        raise StaleClusterEpoch(s.topic, s.partition, epoch, s.window)
+    return sm.slide(s, epoch) if verdict == sm.NEWER else s
+
+
+def test_window_slides_empty_then_n_then_pairs():
+    s = sm.PartitionState(T, P)
+    assert s.window is None
+    s = fence(s, 7)
+    assert s.window == (7, 7)
+    s = fence(s, 8)
+    assert s.window == (7, 8)
+    s = fence(s, 9)
+    assert s.window == (8, 9)
+
+
+def test_non_contiguous_epochs_slide_and_accept_the_gap():
+    s = fence(fence(sm.PartitionState(T, P), 5), 6)
+    assert s.window == (5, 6)
+    s = fence(s, 10)
+    assert s.window == (6, 10)
+    for e in (7, 8, 9):
+        assert sm.classify(s, e) == sm.IN_WINDOW
+    assert sm.classify(s, 5) == sm.STALE
+
+
+def test_arrivals_out_of_order_reject_the_older():
+    s = fence(sm.PartitionState(T, P), 11)  # N+1
+    with pytest.raises(StaleClusterEpoch) as e:
+        fence(s, 10)  # N
+    assert e.value.window == (11, 11) and e.value.epoch == 10
+    s = fence(s, 12)  # N+2
+    assert s.window == (11, 12)
+
+
+def test_rapid_transitions_keep_only_the_last_two():
+    s = sm.PartitionState(T, P)
+    for e in (10, 11, 12, 13):
+        s = fence(s, e)
+    assert s.window == (12, 13)
+    for e in (12, 13):
+        assert sm.classify(s, e) == sm.IN_WINDOW
+    for e in (11, 10):
+        assert sm.classify(s, e) == sm.STALE
+
+
+# --- R2: apply-time check ----------------------------------------------------------------
+
+
+def test_apply_rejects_below_previous_applied_deterministically():
+    log = Log(init_epoch=5)
+    assert log.add(ph(6)).accepted
+    assert log.add(ph(7)).accepted  # previous_applied = 6, max = 7
+    out = log.add(ph(5))
+    assert isinstance(out.rejected, StaleClusterEpoch)
+    assert out.rejected.window == (6, 7)
+    assert out.state.next_offset == 2  # the rejected chunk got no offsets
+    assert log.add(ph(6)).accepted  # in [previous, max]: still fine
+    # Every reader folding the same entries reaches the same verdicts.
+    replayed = sm.PartitionState(T, P)
+    verdicts = []
+    for i, e in enumerate(log.entries):
+        out = sm.apply(replayed, i, e)
+        replayed = out.state
+        verdicts.append(out.accepted)
+    assert verdicts == [True, True, True, False, True]
+    assert replayed == log.state
+
+
+def test_placeholder_offsets_are_dense_and_base_offsets_returned():
+    log = Log()
+    assert log.add(ph(5, n=3)).base_offset == 0
+    assert log.add(ph(5, n=2)).base_offset == 3
+    assert log.state.next_offset == 5
+    assert [p.base_offset for p in log.state.pending] == [0, 3]
+
+
+def test_uninitialized_partition_refuses_placeholders():
+    log = Log(init_epoch=None)
+    out = log.add(ph(5))
+    assert isinstance(out.rejected, InvalidTransition)
+    assert "not initialized" in str(out.rejected)
+
+
+def test_second_init_is_refused():
+    log = Log()
+    assert isinstance(log.add(Init(9)).rejected, InvalidTransition)
+    assert log.state.max_applied_epoch == 5
+
+
+# --- R3: lower bound -----------------------------------------------------------------
+
+
+def reconcile_all(log: Log, lb: int | None = None) -> sm.Outcome:
+    s = log.state
+    through = s.applied_offset
+    last = s.pending[-1].last_offset if s.pending else s.last_reconciled_offset
+    bound = sm.allowed_lower_bound(s, through) if lb is None else lb
+    return log.add(Reconcile(through, last, ("l1/x",), bound, s.fence_floor))
+
+
+def test_lower_bound_follows_previous_applied_and_never_passes_it():
+    log = Log(init_epoch=5)
+    log.claim()
+    log.add(ph(6))
+    log.add(ph(7))  # previous 6, max 7
+    assert sm.allowed_lower_bound(log.state, log.state.applied_offset) == 6
+    too_far = reconcile_all(log, lb=7)
+    assert isinstance(too_far.rejected, InvalidTransition)
+    assert log.state.min_epoch_lower_bound == 5
+    assert reconcile_all(log).accepted
+    assert log.state.min_epoch_lower_bound == 6 and log.state.m == 5
+    assert log.state.pending == ()
+
+
+def test_lower_bound_never_decreases():
+    log = Log(init_epoch=5)
+    log.claim()
+    log.add(ph(6))
+    log.add(ph(7))
+    reconcile_all(log)
+    assert log.state.min_epoch_lower_bound == 6
+    out = reconcile_all(log, lb=5)
+    assert isinstance(out.rejected, InvalidTransition)
+    assert log.state.min_epoch_lower_bound == 6
+
+
+def test_reconcile_before_window_moved_keeps_the_bound():
+    log = Log(init_epoch=5)
+    log.claim()
+    log.add(ph(6))  # offset 2: window [5,6]
+    through = log.state.applied_offset
+    log.add(ph(8))  # offset 3: window [6,8], moved after `through`
+    assert sm.allowed_lower_bound(log.state, through) == 5
+
+
+def test_reconcile_must_name_the_exact_record_range():
+    log = Log()
+    log.claim()
+    log.add(ph(5, n=4))
+    s = log.state
+    out = log.add(Reconcile(s.applied_offset, 2, ("l1/x",), 5, s.fence_floor))
+    assert isinstance(out.rejected, InvalidTransition)
+
+
+# --- R5: claims and writer epochs ---------------------------------------------------------
+
+
+def test_claims_bump_writer_epoch_and_fence_older_writers():
+    log = Log()
+    assert log.claim("a").accepted and log.state.writer_epoch == 1
+    assert isinstance(log.claim("b", now=10).rejected, ClaimHeld)  # exclusive, held by a
+    assert log.claim("b", now=5000).accepted  # a's lease ran out
+    assert log.state.writer_epoch == 2 and log.state.fence_floor == 2
+    # a, still thinking it holds writer epoch 1, is fenced; stays fenced.
+    log.add(ph(5))
+    s = log.state
+    out = log.add(Reconcile(s.applied_offset, 0, ("l1/x",), 5, 1))
+    assert isinstance(out.rejected, WriterFenced) and out.rejected.current == 2
+    assert isinstance(log.add(ph(5, writer_epoch=1)).rejected, WriterFenced)
+    # a writer epoch ahead of the log is "refresh", not "fenced"
+    assert isinstance(log.add(ph(5, writer_epoch=9)).rejected, UnknownWriterEpoch)
+    assert log.add(ph(5, writer_epoch=2)).accepted
+
+
+def test_shared_claims_coexist_and_exclusive_waits_for_them():
+    log = Log()
+    assert log.claim("p1", AccessMode.SHARED).accepted
+    assert log.claim("p2", AccessMode.SHARED).accepted
+    assert log.state.fence_floor == 0  # shared claims fence nobody
+    assert log.add(ph(5, writer_epoch=1)).accepted
+    assert isinstance(log.claim("rec", AccessMode.EXCLUSIVE, now=10).rejected, ClaimHeld)
+    log.add(Release("p1", 1))
+    log.add(Release("p2", 2))
+    assert log.claim("rec", AccessMode.EXCLUSIVE, now=10).accepted
+    assert isinstance(log.claim("p3", AccessMode.SHARED, now=20).rejected, ClaimHeld)
+    assert isinstance(log.add(ph(5, writer_epoch=1)).rejected, WriterFenced)
+
+
+def test_release_of_a_claim_not_held_is_invalid():
+    log = Log()
+    assert isinstance(log.add(Release("ghost", 1)).rejected, InvalidTransition)
+
+
+def test_reconcile_needs_the_exclusive_claim():
+    log = Log()
+    log.claim("p", AccessMode.SHARED)
+    log.add(ph(5))
+    s = log.state
+    out = log.add(Reconcile(s.applied_offset, 0, ("l1/x",), 5, 1))
+    assert isinstance(out.rejected, InvalidTransition) and "exclusive" in str(out.rejected)
+
+
+def test_end_offset_of_writer_epoch():
+    log = Log()
+    log.claim("a")  # offset 1, writer epoch 1
+    log.add(ph(5))  # 2
+    log.claim("a", now=1)  # offset 3, writer epoch 2 (renewal by the same owner)
+    log.add(ph(5))  # 4
+    s = log.state
+    assert sm.end_offset_of_writer_epoch(s, 0) == 1
+    assert sm.end_offset_of_writer_epoch(s, 1) == 3
+    assert sm.end_offset_of_writer_epoch(s, 2) == 5  # current: the log end
+    with pytest.raises(UnknownWriterEpoch):
+        sm.end_offset_of_writer_epoch(s, 3)
+
+
+# --- R6: idle partitions advance ------------------------------------------------------------
+
+
+def test_advance_moves_an_idle_caught_up_partition_to_the_cluster_epoch():
+    log = Log(init_epoch=5)
+    log.claim()
+    log.add(ph(6))
+    assert isinstance(log.add(Advance(20, 1)).rejected, InvalidTransition)  # not caught up
+    reconcile_all(log)
+    assert log.add(Advance(20, 1)).accepted
+    s = log.state
+    assert (s.previous_applied_epoch, s.max_applied_epoch, s.min_epoch_lower_bound, s.m) == (20, 20, 20, 19)
+    assert s.window == (20, 20)
+    assert isinstance(log.add(ph(19)).rejected, StaleClusterEpoch)
+    assert log.add(ph(20)).accepted
+
+
+def test_advance_never_moves_backwards():
+    log = Log(init_epoch=5)
+    log.claim()
+    log.add(ph(9))
+    reconcile_all(log)
+    assert isinstance(log.add(Advance(8, 1)).rejected, InvalidTransition)
+
+
+# --- snapshots and recovery -----------------------------------------------------------------
+
+
+def test_snapshot_roundtrip_drops_the_window_and_recovery_collapses_it():
+    log = Log(init_epoch=5)
+    log.claim()
+    log.add(ph(6, n=3))
+    log.add(ph(8, n=2))
+    s = sm.slide(log.state, 11)  # an in-process fence moved the window ahead
+    assert s.window == (8, 11)
+    data = sm.encode_snapshot(s)
+    assert b"max_seen" not in data and b"oldest_accepted" not in data
+    restored = sm.decode_snapshot(data, "k")
+    assert restored == s  # every persisted field survives
+    assert restored.window == (8, 8)  # [max_applied]
+
+
+def test_replay_after_snapshot_equals_full_replay():
+    log = Log(init_epoch=5)
+    log.claim()
+    for e in (5, 6, 6, 7, 4, 9):
+        log.add(ph(e))
+    mid = 4
+    head = sm.replay(sm.PartitionState(T, P), 0, log.entries[: mid + 1])
+    snap = sm.decode_snapshot(sm.encode_snapshot(head), "k")
+    tail = sm.replay(snap, mid + 1, log.entries[mid + 1 :])
+    assert tail == log.state
