@@ -71,7 +71,11 @@ def emit(as_json: bool, data: Any, table: Table | str | None = None) -> None:
     elif isinstance(table, str):
         click.echo(table)
     elif table is not None:
-        Console().print(table)
+        # Piped output (logs, files, other programs) must not be cut to 80 columns.
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=240)
+        out.print(table)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -255,8 +259,8 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
     if as_json:
         emit(True, {"cluster_epoch": c, "store": redact_url(store.url), "partitions": rows})
         return
-    table = Table("topic", "part", "window", "max_applied", "prev_applied", "lower_bound", "M(p)",
-                  "end offset", "lag (entries/records/bytes)", "writer", title=f"cluster epoch {c}")
+    table = Table("topic", "part", "window", "applied", "prev", "lower bound", "M(p)",
+                  "end offset", "lag entries/records/bytes", "writer epoch", title=f"cluster epoch {c}")
     for r in rows:
         w = r["window"]
         table.add_row(

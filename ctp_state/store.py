@@ -308,9 +308,10 @@ class S3Store(ObjectStore):
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = f"s3://{bucket}/{self.prefix}"
         self._s3 = client
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
-        self._ClientError = ClientError
+        # Connection failures (BotoCoreError) become StoreError just like HTTP errors.
+        self._ClientError = (ClientError, BotoCoreError)
 
     def _k(self, key: str) -> str:
         return self.prefix + check_key(key)

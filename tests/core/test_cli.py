@@ -1,0 +1,141 @@
+"""The ``ctp`` command as a user runs it: a real process, on both store backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ctp_state import layout
+
+CTP = shutil.which("ctp") or os.path.join(os.path.dirname(sys.executable), "ctp")
+
+
+def ctp(env: dict[str, str], *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([CTP, *args], env=env, input=input, capture_output=True, text=True, timeout=120)
+
+
+def ok(env, *args, input=None):
+    r = ctp(env, *args, input=input)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_a_new_users_session(subprocess_env, store):
+    env = subprocess_env
+    assert "created topic orders with 3 partitions" in ok(env, "topic", "create", "orders", "--partitions", "3")
+    assert json.loads(ok(env, "topic", "list", "--json")) == [
+        {"topic": "orders", "partitions": 3, "created_ms": json.loads(ok(env, "topic", "list", "--json"))[0]["created_ms"]}
+    ]
+    assert json.loads(ok(env, "epoch", "show", "--json")) == {"epoch": 1}
+    assert ok(env, "epoch", "advance").strip() == "2"
+    summary = json.loads(ok(env, "produce", "--generate", "--topic", "orders", "--records", "3000",
+                            "--batch-records", "1000", "--value-size", "64", "--json"))
+    assert summary["accepted"] == 3000 and summary["rejected"] == 0
+    status = json.loads(ok(env, "status", "--json"))
+    assert status["cluster_epoch"] == 2
+    parts = status["partitions"]
+    assert [p["partition"] for p in parts] == [0, 1, 2]
+    assert sum(p["next_offset"] for p in parts) == 3000
+    for p in parts:
+        assert p["window"] == [2, 2] or p["window"] == [1, 2]
+        assert p["max_applied_epoch"] == 2 and p["previous_applied_epoch"] == 1
+        assert p["min_epoch_lower_bound"] == 1 and p["m"] == 0
+        assert p["lag_entries"] == 3 and p["lag_records"] == 1000 and p["lag_bytes"] > 64_000
+    table = ok(env, "status")
+    assert "orders" in table and "cluster epoch 2" in table
+    assert len(list(store.list(layout.L0_ROOT))) == 3  # one L0 object per flush
+
+
+def test_produce_from_a_jsonl_file(subprocess_env, tmp_path):
+    env = subprocess_env
+    ok(env, "topic", "create", "t", "-p", "2")
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in [
+        {"topic": "t", "partition": 0, "key": "a", "value": "one"},
+        {"topic": "t", "partition": 1, "value_b64": "AAEC", "headers": {"h": "v"}},
+        {"topic": "t", "partition": 0, "value": "two", "timestamp": 1700000000000},
+    ]) + "\n")
+    out = json.loads(ok(env, "produce", str(path), "--json"))
+    assert out["accepted"] == 3
+    status = {p["partition"]: p for p in json.loads(ok(env, "status", "--json", "--topic", "t"))["partitions"]}
+    assert status[0]["next_offset"] == 2 and status[1]["next_offset"] == 1
+    # stdin works too
+    out = json.loads(ok(env, "produce", "-", "--json", input='{"topic":"t","partition":1,"value":"x"}\n'))
+    assert out["accepted"] == 1
+
+
+@pytest.mark.parametrize(
+    "lines, expect",
+    [
+        (['{"topic":"t","partition":0,"value":"ok"}', '{"topic":"t","partition":0}'], "in.jsonl:2: missing 'value'"),
+        (['{"topic":"t","partition":0,"value":"ok"}', '{"topic":"t","partition":9,"value":"v"}'],
+         "record 2: partition 9 of topic 't' does not exist"),
+        (['{"topic":"nope","partition":0,"value":"v"}'], "topic 'nope' does not exist"),
+        (['not json'], "in.jsonl:1: not valid JSON"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(subprocess_env, store, tmp_path, lines, expect):
+    ok(subprocess_env, "topic", "create", "t", "-p", "1")
+    before = [o.key for o in store.list()]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    r = ctp(subprocess_env, "produce", str(path))
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") and expect in r.stderr, r.stderr
+    assert [o.key for o in store.list()] == before
+
+
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["topic", "create", "../etc", "-p", "1"], "invalid topic name '../etc'"),
+        (["topic", "create", "x", "-p", "0"], "partition count must be an integer in [1, 100000]"),
+        (["status", "--topic", "missing"], "topic 'missing' does not exist"),
+        (["produce", "--generate", "--topic", "missing"], "topic 'missing' does not exist"),
+    ],
+)
+def test_cli_errors_are_one_line(subprocess_env, store, args, expect):
+    r = ctp(subprocess_env, *args)
+    assert r.returncode != 0
+    assert expect in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert list(store.list(layout.TOPICS)) == []
+
+
+def test_topic_create_twice_says_it_exists(subprocess_env):
+    ok(subprocess_env, "topic", "create", "t", "-p", "2")
+    r = ctp(subprocess_env, "topic", "create", "t", "-p", "2")
+    assert r.returncode == 1 and "already exists with 2 partitions" in r.stderr
+    ok(subprocess_env, "topic", "create", "t", "-p", "2", "--exist-ok")
+
+
+def test_bad_store_urls(tmp_path):
+    env = {**os.environ}
+    for url, expect in [
+        ("ftp://x/y", "unsupported store URL"),
+        ("file://relative/path", "file:///absolute/path"),
+        ("s3://user:hunter2@bucket/p", "credentials in the store URL"),
+    ]:
+        r = ctp(env, "epoch", "show", "--store", url)
+        assert r.returncode == 1 and expect in r.stderr, r.stderr
+        assert "hunter2" not in r.stderr
+
+
+def test_s3_errors_never_show_credentials(moto):
+    env = {**os.environ, **moto.env, "CTP_STORE": "s3://no-such-bucket-xyz/p"}
+    r = ctp(env, "topic", "create", "t", "-p", "1")
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert moto.env["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
+    assert moto.env["AWS_ACCESS_KEY_ID"] not in r.stderr + r.stdout
+
+
+def test_unreachable_s3_endpoint_is_one_line(tmp_path):
+    env = {**os.environ, "CTP_STORE": "s3://b/p", "CTP_S3_ENDPOINT_URL": "http://127.0.0.1:9",
+           "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value", "CTP_S3_MAX_ATTEMPTS": "1"}
+    r = ctp(env, "epoch", "show")
+    assert r.returncode == 1 and r.stderr.startswith("error: S3 GET of 'cluster/epoch/hint'"), r.stderr
+    assert r.stderr.count("\n") == 1 and "s3cr3t-value" not in r.stderr

@@ -1,0 +1,176 @@
+"""Bad input: every case is a one-line error naming what and where, and writes nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from ctp_state import entries as en
+from ctp_state import l0, validate
+from ctp_state.entries import Init, Placeholder
+from ctp_state.errors import (
+    CorruptData,
+    InvalidEpoch,
+    InvalidRecord,
+    InvalidTopicName,
+    UnsupportedVersion,
+)
+from ctp_state.jsonl import read_records
+from ctp_state.log import PartitionLog
+from ctp_state.topics import create_topic
+
+# --- L0 -----------------------------------------------------------------------------------
+
+
+def sample_object() -> tuple[bytes, list[l0.ChunkRef]]:
+    a = [l0.Record(b"v1", b"k1", 1, (("h", b"\x00\xff"),)), l0.Record(b"", None, 2)]
+    b = [l0.Record(bytes(range(256)), b"k", 3)]
+    return l0.build_object(7, [("t", 0, a), ("u", 3, b)])
+
+
+def test_l0_roundtrip_is_byte_identical():
+    data, refs = sample_object()
+    epoch, index = l0.read_index(data, "k")
+    assert epoch == 7 and index == refs
+    ref = refs[0]
+    chunk = data[ref.byte_offset : ref.byte_offset + ref.byte_length]
+    got = l0.records_of(l0.decode_chunk(chunk, "k", expected_crc=ref.crc32c, expected_records=2))
+    assert got == [l0.Record(b"v1", b"k1", 1, (("h", b"\x00\xff"),)), l0.Record(b"", None, 2)]
+
+
+def test_l0_corrupt_chunk_fails_its_crc():
+    data, refs = sample_object()
+    ref = refs[1]
+    chunk = bytearray(data[ref.byte_offset : ref.byte_offset + ref.byte_length])
+    chunk[len(chunk) // 2] ^= 0x01
+    with pytest.raises(CorruptData) as e:
+        l0.decode_chunk(bytes(chunk), "l0/001/x.l0", expected_crc=ref.crc32c, expected_records=1)
+    assert "CRC32C mismatch" in str(e.value) and "l0/001/x.l0" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_l0_record_count_mismatch_is_corrupt():
+    data, refs = sample_object()
+    ref = refs[1]
+    chunk = data[ref.byte_offset : ref.byte_offset + ref.byte_length]
+    with pytest.raises(CorruptData, match="holds 1 records"):
+        l0.decode_chunk(chunk, "k", expected_crc=ref.crc32c, expected_records=5)
+
+
+@pytest.mark.parametrize("cut", [1, 10, 17, 100])
+def test_l0_truncated_object_is_refused(cut):
+    data, _ = sample_object()
+    with pytest.raises(CorruptData) as e:
+        l0.read_index(data[:-cut], "l0/000/trunc.l0")
+    assert "l0/000/trunc.l0" in str(e.value)
+
+
+def test_l0_unknown_format_version_is_refused():
+    data, _ = sample_object()
+    bumped = data[:5] + bytes([9]) + data[6:]
+    with pytest.raises(UnsupportedVersion, match="L0 format version 9"):
+        l0.read_index(bumped, "k")
+
+
+# --- entries --------------------------------------------------------------------------------
+
+
+def test_entry_codec_roundtrip():
+    for e in (Init(3), Placeholder(4, "l0/000/x.l0", 8, 100, 5, 123, None), Placeholder(4, "k", 8, 1, 1, 0, 2)):
+        assert en.decode(en.encode(e), "k") == e
+
+
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1,2]", "not a JSON object"),
+        (b'{"v":1,"kind":"init"}', "missing field 'epoch'"),
+        (b'{"v":1,"kind":"init","epoch":0}', "epoch must be in"),
+        (b'{"v":1,"kind":"init","epoch":-3}', "epoch must be in"),
+        (b'{"v":1,"kind":"init","epoch":9223372036854775808}', "epoch must be in"),
+        (b'{"v":1,"kind":"init","epoch":"7"}', "must be an integer"),
+        (b'{"v":1,"kind":"bogus"}', "unknown entry kind"),
+        (b'{"v":1,"kind":"init","epoch":1,"extra":2}', "unknown fields"),
+        (b'{"v":2,"kind":"init","epoch":1}', "entry version 2 is not supported"),
+        (b'{"kind":"init","epoch":1}', "entry version None is not supported"),
+    ],
+)
+def test_malformed_or_unknown_version_entries_are_refused_naming_the_key(raw, match):
+    with pytest.raises(CorruptData, match=match) as e:
+        en.decode(raw, "logs/t/000000/00000000000000000003.json")
+    assert "logs/t/000000/00000000000000000003.json" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_reading_a_log_with_an_unknown_version_entry_stops_at_that_key(store):
+    create_topic(store, "t", 1)
+    store.put_if_absent("logs/t/000000/00000000000000000001.json", b'{"v":99,"kind":"init","epoch":1}')
+    with pytest.raises(UnsupportedVersion) as e:
+        PartitionLog(store, "t", 0).read_state()
+    assert "00000000000000000001.json" in str(e.value)
+
+
+# --- names and numbers ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "../etc", "a/b", "a b", "ü", "x" * 250, "a\x00", "..\\x"])
+def test_invalid_topic_names(bad):
+    with pytest.raises(InvalidTopicName):
+        validate.topic_name(bad)
+
+
+def test_invalid_topic_name_writes_nothing(store):
+    with pytest.raises(InvalidTopicName):
+        create_topic(store, "../../escape", 1)
+    assert list(store.list()) == []
+
+
+@pytest.mark.parametrize("ok", ["a", "A.b_c-9", "x" * 249, "..."])
+def test_valid_topic_names(ok):
+    assert validate.topic_name(ok) == ok
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2**63, "3", 1.5, True, None])
+def test_invalid_epochs(bad):
+    with pytest.raises(InvalidEpoch):
+        validate.epoch(bad)
+
+
+# --- JSON-lines producer input ------------------------------------------------------------------
+
+
+def parse(text: str):
+    return list(read_records(io.StringIO(text), "in.jsonl"))
+
+
+def test_jsonl_parses_text_base64_and_headers():
+    lines = [
+        {"topic": "t", "partition": 1, "key": "k", "value": "héllo", "headers": {"a": "b"}, "timestamp": 5},
+        {"topic": "t", "partition": 0, "value_b64": "AAH/", "headers": [["x", "y"]]},
+    ]
+    (t1, p1, r1), (t2, p2, r2) = parse("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    assert (t1, p1, r1.key, r1.value, r1.headers, r1.timestamp_ms) == ("t", 1, b"k", "héllo".encode(), (("a", b"b"),), 5)
+    assert (t2, p2, r2.value, r2.key) == ("t", 0, b"\x00\x01\xff", None)
+
+
+@pytest.mark.parametrize(
+    "line, match",
+    [
+        ("{oops", "in.jsonl:2: not valid JSON"),
+        ('{"topic":"t","partition":0}', "in.jsonl:2: missing 'value'"),
+        ('{"topic":"../x","partition":0,"value":"v"}', "in.jsonl:2: invalid topic name"),
+        ('{"topic":"t","partition":-1,"value":"v"}', "'partition' must be a non-negative integer"),
+        ('{"topic":"t","partition":0,"value_b64":"!!"}', "not valid base64"),
+        ('{"topic":"t","partition":0,"value":"v","value_b64":"AA=="}', "not both"),
+        ('{"topic":"t","partition":0,"value":"v","colour":1}', "unknown fields"),
+        ('{"topic":"t","partition":0,"value":"v","timestamp":-5}', "'timestamp' must be in"),
+    ],
+)
+def test_jsonl_errors_name_the_line(line, match):
+    good = json.dumps({"topic": "t", "partition": 0, "value": "ok"})
+    with pytest.raises(InvalidRecord, match=match) as e:
+        parse(good + "\n" + line + "\n")
+    assert "\n" not in str(e.value)
