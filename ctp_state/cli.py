@@ -272,5 +272,27 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
     emit(False, None, table if rows else "no partitions")
 
 
+# --- demo -------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--topic", "topic_name", default="demo", show_default=True)
+@click.option("--partitions", type=int, default=8, show_default=True)
+@click.option("--rounds", type=int, default=4, show_default=True, help="Epoch advances, one flush each.")
+@click.option("--records", type=int, default=20_000, show_default=True, help="Records per round.")
+@command
+def demo(store: ObjectStore, as_json: bool, topic_name: str, partitions: int, rounds: int, records: int) -> None:
+    """Run the end-to-end flow on this store and print what happened."""
+    from ctp_state.demo import run_demo
+
+    say = (lambda _msg: None) if as_json else click.echo
+    summary = run_demo(store, topic=topic_name, partitions=partitions, rounds=rounds,
+                       records_per_round=records, say=say)
+    if as_json:
+        emit(True, summary)
+    else:
+        click.echo(f"done in {summary['seconds']}s; inspect with: ctp status --store {redact_url(store.url)}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

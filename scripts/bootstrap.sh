@@ -49,6 +49,9 @@ log "creating $venv with $("$python" --version) (a few minutes the first time)"
 # Python files (pyspark.__version__ then says 4.2.0 beside 4.3.0 jars). Put pyspark
 # back. Never uninstall pyspark-client: that deletes the shared files.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "pyspark==$PYSPARK_VERSION"
-"$venv/bin/python" -c "$check"
+if ! out="$("$venv/bin/python" -c "$check" 2>&1)"; then
+  printf '%s\n' "$out" | tail -5 >&2
+  echo "error: the install in $venv is incomplete (see above)" >&2; exit 1
+fi
 echo "$want" > "$stamp"
 log "ready: $venv"
