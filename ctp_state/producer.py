@@ -14,7 +14,7 @@ import random
 import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -39,7 +39,8 @@ class PartitionWriter:
         self.log = log
         self.writer_epoch = writer_epoch
         self._state_lock = threading.Lock()
-        self._append_lock = threading.Lock()
+        # Re-entrant: the lazy state load below may run while an append holds it.
+        self._append_lock = threading.RLock()
         self._state: sm.PartitionState | None = None
         self.fence = EpochFence(self._get_state, self._set_state, self._state_lock)
 
@@ -113,7 +114,6 @@ class Producer:
         append_threads: int = 16,
         rng: random.Random | None = None,
         epochs: EpochCache | None = None,
-        on_epoch: Callable[[int], int] | None = None,
     ):
         if not 1 <= spread_width <= 1000:
             raise ValueError(f"spread width must be in [1, 1000], got {spread_width}")
@@ -126,7 +126,6 @@ class Producer:
         self._lock = threading.Lock()
         self._buffer: dict[tuple[str, int], list[Record]] = defaultdict(list)
         self._pool = ThreadPoolExecutor(max_workers=append_threads, thread_name_prefix="ctp-append")
-        self._on_epoch = on_epoch  # test hook: rewrite the epoch a flush uses
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -177,8 +176,6 @@ class Producer:
         for (t, p), _ in chunks:
             self.topic(t).check_partition(p)
         e = validate.epoch(epoch if epoch is not None else self.epochs.get())
-        if self._on_epoch:
-            e = self._on_epoch(e)
         data, refs = build_object(e, ((t, p, recs) for (t, p), recs in chunks))
         key = layout.l0_key(self._rng.randrange(self.spread_width), e, uuid.uuid4().hex)
         self.store.put(key, data)

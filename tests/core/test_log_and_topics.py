@@ -1,0 +1,166 @@
+"""The state log, topics and epoch reads against real stores: costs, claims, resumes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ctp_state import layout
+from ctp_state.entries import AccessMode, Init, Placeholder, encode
+from ctp_state.epoch import ClusterEpoch, EpochCache
+from ctp_state.errors import ClaimHeld, TopicExists
+from ctp_state.log import PartitionLog
+from ctp_state.store import ObjectStore
+from ctp_state.topics import create_topic, list_topics
+
+
+class CountingStore(ObjectStore):
+    """Wraps a store and counts requests by verb."""
+
+    def __init__(self, inner: ObjectStore):
+        self.inner, self.url, self.counts = inner, inner.url, {}
+
+    def _n(self, verb: str) -> None:
+        self.counts[verb] = self.counts.get(verb, 0) + 1
+
+    def get(self, key):
+        self._n("get")
+        return self.inner.get(key)
+
+    def get_range(self, key, start, length):
+        self._n("get")
+        return self.inner.get_range(key, start, length)
+
+    def put(self, key, data):
+        self._n("put")
+        return self.inner.put(key, data)
+
+    def put_if_absent(self, key, data):
+        self._n("put")
+        return self.inner.put_if_absent(key, data)
+
+    def head(self, key):
+        self._n("head")
+        return self.inner.head(key)
+
+    def list(self, prefix="", start_after=None):
+        self._n("list")
+        return self.inner.list(prefix, start_after)
+
+    def list_prefixes(self, prefix):
+        self._n("list")
+        return self.inner.list_prefixes(prefix)
+
+    def _delete_batch(self, keys):
+        self._n("delete")
+        return self.inner._delete_batch(keys)
+
+
+def ph(epoch: int, i: int) -> Placeholder:
+    return Placeholder(epoch, f"l0/000/{epoch:018d}/{i}.l0", 8, 10, 1, 0)
+
+
+def test_reading_state_costs_a_snapshot_get_one_list_and_the_tail(store):
+    create_topic(store, "t", 1)
+    log = PartitionLog(store, "t", 0, snapshot_every=16)
+    s = log.read_state()
+    for i in range(200):
+        s = log.append(s, lambda _s, i=i: ph(1, i)).outcome.state
+    counting = CountingStore(store)
+    fresh = PartitionLog(counting, "t", 0, snapshot_every=16).read_state()
+    assert fresh == s and fresh.applied_offset == 200
+    tail = 200 - PartitionLog(store, "t", 0).read_snapshot().applied_offset
+    assert tail < 16
+    assert counting.counts == {"get": 1 + tail, "list": 1}  # snapshot + tail entries
+
+
+def test_epoch_read_is_constant_cost_however_many_advances(store):
+    ce = ClusterEpoch(store)
+    for _ in range(30):
+        ce.advance()
+    counting = CountingStore(store)
+    assert ClusterEpoch(counting).current() == 31
+    assert counting.counts == {"get": 1, "head": 1}
+
+
+def test_epoch_cache_rereads_only_after_its_ttl(store):
+    now = [0.0]
+    cache = EpochCache(ClusterEpoch(store), ttl_s=5, clock=lambda: now[0])
+    assert cache.get() == 1
+    ClusterEpoch(store).advance()
+    now[0] = 4.9
+    assert cache.get() == 1  # stale, and that is safe
+    now[0] = 5.0
+    assert cache.get() == 2
+    ClusterEpoch(store).advance()
+    cache.invalidate()
+    assert cache.get() == 3
+
+
+def test_partition_inits_carry_the_epoch_current_at_creation(store):
+    ce = ClusterEpoch(store)
+    for _ in range(3):
+        ce.advance()
+    create_topic(store, "t", 3)
+    for p in range(3):
+        s = PartitionLog(store, "t", p).read_state()
+        assert (s.max_applied_epoch, s.previous_applied_epoch, s.min_epoch_lower_bound, s.m) == (4, 4, 4, 3)
+        assert s.window == (4, 4)
+
+
+def test_a_crashed_topic_creation_is_finished_by_running_it_again(store):
+    # The crash left the metadata and the init of partition 0 only.
+    store.put_if_absent(layout.topic_meta("t"), b'{"v":1,"name":"t","partitions":3,"created_ms":1}')
+    store.put_if_absent(layout.log_entry("t", 0, 0), encode(Init(1)))
+    ClusterEpoch(store).advance()
+    assert not PartitionLog(store, "t", 2).read_state().initialized
+    create_topic(store, "t", 3)  # resumes
+    assert PartitionLog(store, "t", 0).read_state().max_applied_epoch == 1
+    assert PartitionLog(store, "t", 2).read_state().max_applied_epoch == 2
+    with pytest.raises(TopicExists):
+        create_topic(store, "t", 3)  # complete now: a plain re-create is an error
+    with pytest.raises(TopicExists):
+        create_topic(store, "t", 5)
+    assert [t.name for t in list_topics(store)] == ["t"]
+
+
+def test_exclusive_claim_fails_at_once_and_wait_for_exclusive_waits_for_release(store):
+    create_topic(store, "t", 1)
+    a = PartitionLog(store, "t", 0)
+    held = a.claim(a.read_state(), "reconciler-a", AccessMode.EXCLUSIVE, lease_ms=60_000)
+    assert held.outcome.accepted and held.outcome.state.writer_epoch == 1
+    b = PartitionLog(store, "t", 0)
+    t0 = time.monotonic()
+    with pytest.raises(ClaimHeld) as e:
+        b.claim(b.read_state(), "reconciler-b", AccessMode.EXCLUSIVE)
+    assert time.monotonic() - t0 < 5 and e.value.owner == "reconciler-a"
+
+    def release_soon() -> None:
+        time.sleep(0.5)
+        a.release(a.read_state(), "reconciler-a", 1)
+
+    threading.Thread(target=release_soon).start()
+    got = b.claim(b.read_state(), "reconciler-b", AccessMode.WAIT_FOR_EXCLUSIVE, wait_timeout_s=20)
+    assert got.outcome.accepted and got.outcome.state.writer_epoch == 2
+    assert [h.owner for h in got.outcome.state.holders] == ["reconciler-b"]
+
+
+def test_wait_for_exclusive_gives_up_after_its_timeout(store):
+    create_topic(store, "t", 1)
+    a = PartitionLog(store, "t", 0)
+    a.claim(a.read_state(), "a", AccessMode.EXCLUSIVE, lease_ms=600_000)
+    with pytest.raises(ClaimHeld):
+        a.claim(a.read_state(), "b", AccessMode.WAIT_FOR_EXCLUSIVE, wait_timeout_s=0.3)
+
+
+def test_lost_response_retry_does_not_duplicate_the_entry(store):
+    create_topic(store, "t", 1)
+    log = PartitionLog(store, "t", 0)
+    s = log.read_state()
+    entry = ph(1, 0)
+    store.put_if_absent(log.key(1), encode(entry))  # our PUT landed, its response was lost
+    appended = log.append(s, lambda _s: entry)  # the retry finds its own bytes there
+    assert appended.offset == 1 and appended.outcome.accepted
+    assert [o for o, _ in log.entries()] == [0, 1]
