@@ -272,6 +272,97 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
     emit(False, None, table if rows else "no partitions")
 
 
+# --- reconcile and read -----------------------------------------------------------------
+
+
+@main.command()
+@click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
+@click.option("--master", default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[*]"), show_default="local[*]",
+              help="Spark master.")
+@click.option("--target-file-mb", type=float, default=128.0, show_default=True, help="Target L1 file size.")
+@click.option("--max-mb-per-partition", type=float, default=None, help="Cap per partition per run.")
+@click.option("--idle-lag", type=int, default=2, show_default=True,
+              help="Advance idle partitions whose lower bound is this many epochs behind C (R6).")
+@click.option("--claim-wait-seconds", type=float, default=0.0, show_default=True,
+              help="Wait for claims other reconcilers hold (0: skip those partitions).")
+@command
+def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master: str, target_file_mb: float,
+              max_mb_per_partition: float | None, idle_lag: int, claim_wait_seconds: float) -> None:
+    """Run the Spark reconciler (the same app Airflow submits) on a local Spark."""
+    import argparse
+
+    from spark_apps import reconcile as app
+
+    args = argparse.Namespace(store=None, topics=list(topics) or None, target_file_mb=target_file_mb,
+                              max_mb_per_partition=max_mb_per_partition, idle_lag=idle_lag, lease_seconds=900.0,
+                              claim_wait_seconds=claim_wait_seconds, compression="zstd", master=master)
+    for name in topics:
+        validate.topic_name(name)
+    with _progress() as progress:
+        task = progress.add_task("starting Spark", total=None)
+
+        def on_progress(stage: str, done: int, total: int) -> None:
+            progress.update(task, description=f"{stage}", completed=done, total=total)
+
+        spark = app.spark_session(master)
+        try:
+            from ctp_state.reconcile import run_reconcile
+            config = app.config_from_args(args)
+            summary = run_reconcile(store, topics=args.topics, config=config, on_progress=on_progress,
+                                    # store.url reopens the same store in the Spark workers
+                                    map_files=app.spark_map_files(spark, store.url, config.compression))
+        finally:
+            spark.stop()
+    if as_json:
+        emit(True, summary)
+    else:
+        click.echo(
+            f"reconciled {summary['records']} records ({summary['l0_bytes']} L0 bytes -> {summary['l1_files']} L1 "
+            f"files, {summary['l1_bytes']} bytes) in {summary['partitions_reconciled']} partitions; "
+            f"advanced {summary['partitions_advanced']} idle partitions; lag left {summary['lag_entries_left']} "
+            f"placeholders; {summary['seconds']}s"
+        )
+        for p in summary["partitions"]:
+            if p["status"] in ("quarantined", "fenced", "error", "claim_held"):
+                click.echo(f"  {p['topic']}/{p['partition']}: {p['status']}: {p['reason']}")
+    if not summary["ok"]:
+        bad = sum(1 for p in summary["partitions"] if p["status"] in ("quarantined", "fenced", "error"))
+        fail(f"{bad} partition(s) were not reconciled (see the summary above)")
+
+
+@main.command()
+@click.argument("topic_name")
+@click.argument("partition", type=int)
+@click.option("--from", "from_offset", type=int, default=0, show_default=True, help="First offset.")
+@click.option("--limit", type=int, default=None, help="At most this many records.")
+@command
+def read(store: ObjectStore, as_json: bool, topic_name: str, partition: int, from_offset: int,
+         limit: int | None) -> None:
+    """Print a partition's records from an offset, across L1 and not-yet-reconciled L0,
+    one JSON object per line.
+
+    Values and keys print as text when they are utf-8, else as base64 (key_b64/value_b64).
+    """
+    import base64
+
+    from ctp_state.read import read_partition
+
+    table = read_partition(store, topic_name, partition, from_offset, limit)
+    for row in table.to_pylist():
+        out: dict[str, Any] = {"offset": row["offset"], "timestamp": round(row["timestamp"].timestamp() * 1000)}
+        for name in ("key", "value"):
+            v = row[name]
+            if v is None:
+                continue
+            try:
+                out[name] = v.decode()
+            except UnicodeDecodeError:
+                out[name + "_b64"] = base64.b64encode(v).decode()
+        if row["headers"]:
+            out["headers"] = [[h["key"], base64.b64encode(h["value"]).decode()] for h in row["headers"]]
+        click.echo(json.dumps(out))
+
+
 # --- demo -------------------------------------------------------------------------------
 
 

@@ -73,8 +73,17 @@ class MotoServer:
 
 @pytest.fixture(scope="session")
 def moto() -> Iterator[MotoServer]:
+    """The S3 server, its endpoint and credentials exported to this process's
+    environment, as they would be on a worker (Spark workers inherit them)."""
     server = MotoServer()
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
     yield server
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     server.stop()
 
 

@@ -1,0 +1,291 @@
+"""The reconciler's logic: plan, build L1 files, commit (R3, R5, R6, I2, I5).
+
+A run:
+
+1. reads the cluster epoch C, then every selected partition's state;
+2. claims (R5, exclusive) each partition that has unreconciled placeholders or that is
+   idle with a lower bound ``idle_lag`` or more epochs behind C;
+3. plans each claimed partition's pending chunks into L1 files of about
+   ``target_file_bytes`` (pure: :func:`plan_files`);
+4. builds the files through ``map_files`` (Spark tasks in ``spark_apps/reconcile.py``,
+   threads in tests): ranged GETs of exactly the chunks, CRC32C checks, Parquet out;
+5. commits per partition one ``reconcile`` entry (through-offset, L1 keys, the new
+   lower bound computed from the state at commit time), then an ``advance`` entry if
+   the partition is caught up and behind C (R6), then releases the claim;
+6. writes a run summary to the store (``runs/reconcile/...``) and returns it.
+
+Crash safety: L1 keys are deterministic, so a rerun rewrites the same files; readers
+follow only committed keys, so a file written before a crash and never committed is an
+orphan for the GC, never a duplicate. A partition whose chunk is corrupt or missing is
+quarantined: nothing is committed for it and its M(p) stays where it was.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctp_state import faults
+from ctp_state import state as sm
+from ctp_state.entries import AccessMode, Advance, Reconcile
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import ClaimHeld, CtpError, Rejected
+from ctp_state.l1 import L1File
+from ctp_state.log import PartitionLog
+from ctp_state.status import read_states, select_topics
+from ctp_state.store import ObjectStore
+
+RUNS_PREFIX = "runs/reconcile/"
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ReconcileConfig:
+    target_file_bytes: int = 128 * MiB
+    max_bytes_per_partition: int | None = None  # per run; None = everything pending
+    idle_lag: int = 2  # advance idle partitions whose lower bound is this far behind C
+    lease_ms: int = 15 * 60 * 1000
+    claim_wait_s: float = 0.0  # 0: exclusive (skip a held partition); >0: wait for it
+    threads: int = 16  # driver-side claim/commit concurrency
+    compression: str = "zstd"
+
+    def __post_init__(self) -> None:
+        if self.target_file_bytes < 1:
+            raise ValueError("target file size must be >= 1 byte")
+        if self.idle_lag < 1:
+            raise ValueError("idle lag must be >= 1 epoch")
+        if self.max_bytes_per_partition is not None and self.max_bytes_per_partition < 1:
+            raise ValueError("max bytes per partition must be >= 1")
+
+
+# --- pure planning -------------------------------------------------------------------------
+
+
+def needs_work(s: sm.PartitionState, cluster_epoch: int, idle_lag: int) -> bool:
+    """A partition is worth claiming if it has pending placeholders, or if it is idle
+    and its lower bound trails C by ``idle_lag`` or more (R6)."""
+    if not s.initialized:
+        return False
+    return bool(s.pending) or cluster_epoch - s.min_epoch_lower_bound >= idle_lag  # type: ignore[operator]
+
+
+def plan_files(s: sm.PartitionState, target_file_bytes: int, max_bytes: int | None = None) -> list[L1File]:
+    """Group the pending chunks, in order, into files of about ``target_file_bytes``.
+
+    Greedy from the first pending chunk, so a rerun from the same state plans the same
+    files (and so the same keys). A chunk is never split; ``max_bytes`` bounds the run.
+    """
+    files: list[L1File] = []
+    group: list[sm.Pending] = []
+    size = total = 0
+    for p in s.pending:
+        if max_bytes is not None and total + p.byte_length > max_bytes and (files or group):
+            break
+        group.append(p)
+        size += p.byte_length
+        total += p.byte_length
+        if size >= target_file_bytes:
+            files.append(L1File(s.topic, s.partition, tuple(group)))
+            group, size = [], 0
+    if group:
+        files.append(L1File(s.topic, s.partition, tuple(group)))
+    return files
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionReport:
+    topic: str
+    partition: int
+    status: str = "idle"  # reconciled | advanced | idle | quarantined | claim_held | fenced | error
+    records: int = 0
+    l0_bytes: int = 0
+    l1_bytes: int = 0
+    l1_files: list[str] = field(default_factory=list)
+    m_before: int | None = None
+    m_after: int | None = None
+    lag_entries_left: int = 0
+    lag_bytes_left: int = 0
+    reason: str | None = None
+    key: str | None = None  # the L0 key a quarantine is about
+
+
+def build_files_locally(store: ObjectStore, files: Sequence[L1File], *, threads: int = 4,
+                        compression: str = "zstd") -> list[dict]:
+    """``map_files`` without Spark: threads in this process."""
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        return list(pool.map(lambda job: build_one(store, job[0], job[1], compression), enumerate(files)))
+
+
+def build_one(store: ObjectStore, index: int, f: L1File, compression: str = "zstd") -> dict:
+    """Build one L1 file; a data error becomes a result, not an exception, so one bad
+    partition does not fail the others."""
+    from ctp_state.errors import CorruptData, ObjectNotFound
+    from ctp_state.l1 import build_file
+
+    try:
+        out = build_file(store, f, compression=compression)
+    except (CorruptData, ObjectNotFound) as e:
+        return {"key": f.key, "error": str(e), "l0_key": getattr(e, "key", None)}
+    faults.hit("after_l1_write", index)
+    return out
+
+
+def run_reconcile(
+    store: ObjectStore,
+    *,
+    topics: Sequence[str] | None = None,
+    config: ReconcileConfig = ReconcileConfig(),
+    map_files: Callable[[list[L1File]], list[dict]] | None = None,
+    on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
+) -> dict[str, Any]:
+    """Run one reconcile over ``topics`` (all when None) and return its summary."""
+    started_ms = int(time.time() * 1000)
+    run_id = f"{started_ms}-{uuid.uuid4().hex[:8]}"
+    owner = f"reconciler:{run_id}"
+    map_files = map_files or (lambda files: build_files_locally(store, files, compression=config.compression))
+
+    c = ClusterEpoch(store).current()  # C first (R4/R6), then the partitions
+    states = read_states(store, select_topics(store, topics))
+    reports = {(s.topic, s.partition): PartitionReport(s.topic, s.partition, m_before=s.m, m_after=s.m,
+                                                       lag_entries_left=s.lag_entries, lag_bytes_left=s.lag_bytes)
+               for s in states}
+    for s in states:
+        if not s.initialized:
+            r = reports[(s.topic, s.partition)]
+            r.status, r.reason = "error", "partition has no init entry (finish `ctp topic create`)"
+    todo = [s for s in states if needs_work(s, c, config.idle_lag)]
+
+    # 2. claims
+    mode = AccessMode.WAIT_FOR_EXCLUSIVE if config.claim_wait_s > 0 else AccessMode.EXCLUSIVE
+
+    def claim(s: sm.PartitionState) -> tuple[PartitionLog, sm.PartitionState] | None:
+        log = PartitionLog(store, s.topic, s.partition)
+        r = reports[(s.topic, s.partition)]
+        try:
+            got = log.claim(s, owner, mode, lease_ms=config.lease_ms, wait_timeout_s=config.claim_wait_s)
+        except ClaimHeld as e:
+            r.status, r.reason = "claim_held", str(e)
+            return None
+        if got.outcome.rejected is not None:
+            r.status, r.reason = "claim_held", str(got.outcome.rejected)
+            return None
+        return log, got.outcome.state
+
+    claimed = [x for x in _pmap(claim, todo, config.threads) if x is not None]
+    faults.hit("after_claim")
+
+    # 3-4. plan and build
+    plans = {(st.topic, st.partition): plan_files(st, config.target_file_bytes, config.max_bytes_per_partition)
+             for _, st in claimed}
+    files = [f for fs in plans.values() for f in fs]
+    on_progress("build", 0, len(files))
+    results = map_files(files) if files else []
+    by_key = {res["key"]: res for res in results}
+    on_progress("build", len(files), len(files))
+    faults.hit("before_commit")
+
+    # 5. commit
+    done = [0]
+
+    def commit(item: tuple[PartitionLog, sm.PartitionState]) -> None:
+        log, st = item
+        r = reports[(st.topic, st.partition)]
+        fs = plans[(st.topic, st.partition)]
+        writer_epoch = st.writer_epoch
+        try:
+            bad = [by_key[f.key] for f in fs if "error" in by_key[f.key]]
+            if bad:
+                r.status, r.reason, r.key = "quarantined", bad[0]["error"], bad[0].get("l0_key")
+                return
+            if fs:
+                through = fs[-1].chunks[-1].log_offset
+                last = fs[-1].last_offset
+                keys = tuple(f.key for f in fs)
+
+                def entry(fresh: sm.PartitionState) -> Reconcile:
+                    return Reconcile(through, last, keys, sm.allowed_lower_bound(fresh, through), writer_epoch)
+
+                out = log.append(st, entry).outcome
+                if out.rejected is not None:
+                    r.status, r.reason = _verdict_status(out.rejected), str(out.rejected)
+                    return
+                st = out.state
+                r.status = "reconciled"
+                r.records = sum(f.records for f in fs)
+                r.l0_bytes = sum(f.l0_bytes for f in fs)
+                r.l1_bytes = sum(by_key[f.key]["l1_bytes"] for f in fs)
+                r.l1_files = list(keys)
+                faults.hit("after_commit", done[0])
+            if not st.pending and c - st.min_epoch_lower_bound >= config.idle_lag and c >= st.max_applied_epoch:
+                out = log.append(st, lambda _s: Advance(c, writer_epoch)).outcome
+                if out.rejected is None:
+                    st = out.state
+                    r.status = "advanced" if r.status == "idle" else r.status
+                # A rejected advance means a producer wrote meanwhile: next run.
+        except Rejected as e:
+            r.status, r.reason = _verdict_status(e), str(e)
+        except CtpError as e:
+            r.status, r.reason = "error", str(e)
+        finally:
+            r.m_after, r.lag_entries_left, r.lag_bytes_left = st.m, st.lag_entries, st.lag_bytes
+            try:
+                log.release(st, owner, writer_epoch)
+            except CtpError:
+                pass  # the lease will run out; the next claim is not blocked for long
+            done[0] += 1
+            on_progress("commit", done[0], len(claimed))
+
+    _pmap(commit, claimed, config.threads)
+
+    summary = _summarize(run_id, started_ms, c, config, reports)
+    store.put(f"{RUNS_PREFIX}{started_ms:015d}-{run_id}.json", json.dumps(summary, indent=1).encode())
+    return summary
+
+
+def _verdict_status(e: Exception) -> str:
+    return "fenced" if getattr(e, "code", "") in ("writer_fenced", "unknown_writer_epoch") else "error"
+
+
+def _pmap(fn: Callable, items: Sequence, threads: int) -> list:
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items)))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _summarize(run_id: str, started_ms: int, c: int, config: ReconcileConfig,
+               reports: dict[tuple[str, int], PartitionReport]) -> dict[str, Any]:
+    parts = [vars(r) for _, r in sorted(reports.items())]
+    count = lambda status: sum(1 for p in parts if p["status"] == status)  # noqa: E731
+    finished_ms = int(time.time() * 1000)
+    return {
+        "v": 1,
+        "run_id": run_id,
+        "started_ms": started_ms,
+        "finished_ms": finished_ms,
+        "seconds": round((finished_ms - started_ms) / 1000, 3),
+        "cluster_epoch": c,
+        "idle_lag": config.idle_lag,
+        "partitions_reconciled": count("reconciled"),
+        "partitions_advanced": count("advanced"),
+        "partitions_quarantined": count("quarantined"),
+        "partitions_claim_held": count("claim_held"),
+        "partitions_fenced": count("fenced"),
+        "partitions_failed": count("error"),
+        "records": sum(p["records"] for p in parts),
+        "l0_bytes": sum(p["l0_bytes"] for p in parts),
+        "l1_bytes": sum(p["l1_bytes"] for p in parts),
+        "l1_files": sum(len(p["l1_files"]) for p in parts),
+        "lag_entries_left": sum(p["lag_entries_left"] for p in parts),
+        "lag_bytes_left": sum(p["lag_bytes_left"] for p in parts),
+        "ok": not any(p["status"] in ("quarantined", "fenced", "error") for p in parts),
+        "partitions": parts,
+    }

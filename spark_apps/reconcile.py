@@ -1,0 +1,136 @@
+"""The Spark reconciler: lift L0 chunks into per-partition L1 Parquet files.
+
+    spark-submit --master 'local[*]' spark_apps/reconcile.py --store URL [--topic T ...]
+
+The main is thin: it parses arguments, starts a SparkSession and hands
+``ctp_state.reconcile.run_reconcile`` a ``map_files`` that runs one Spark task per L1
+file. Each task opens the store itself (from the URL and its environment: there is no
+s3a here, so object storage is read and written by Python code in the tasks with
+ranged GETs and plain PUTs) and builds one file. Planning, claims and commits stay on
+the driver, in the library.
+
+Prints the run summary as JSON on stdout; exits 1 if any partition was quarantined,
+fenced or failed (so Airflow shows the failure), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+_STORES: dict[str, Any] = {}
+
+
+def _store(url: str) -> Any:
+    """One store client per worker process (boto3 clients are expensive to build)."""
+    from ctp_state.store import open_store
+
+    if url not in _STORES:
+        _STORES[url] = open_store(url)
+    return _STORES[url]
+
+
+def _build(url: str, compression: str, job: tuple[int, Any]) -> dict:
+    from ctp_state.reconcile import build_one
+
+    index, f = job
+    return build_one(_store(url), index, f, compression)
+
+
+def spark_map_files(spark: Any, store_url: str, compression: str) -> Callable[[list], list[dict]]:
+    """``map_files`` for the library: one Spark task per L1 file."""
+
+    def run(files: list) -> list[dict]:
+        jobs = list(enumerate(files))
+        rdd = spark.sparkContext.parallelize(jobs, numSlices=max(1, len(jobs)))
+        return rdd.map(lambda job: _build(store_url, compression, job)).collect()
+
+    return run
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="reconcile", description="ctp Spark reconciler")
+    ap.add_argument("--store", default=os.environ.get("CTP_STORE"), help="store URL (default $CTP_STORE)")
+    ap.add_argument("--topic", action="append", dest="topics", help="only this topic (repeatable)")
+    ap.add_argument("--target-file-mb", type=float, default=128.0, help="target L1 file size (MiB)")
+    ap.add_argument("--max-mb-per-partition", type=float, default=None, help="cap per partition per run (MiB)")
+    ap.add_argument("--idle-lag", type=int, default=2, help="advance idle partitions this many epochs behind C")
+    ap.add_argument("--lease-seconds", type=float, default=900.0, help="claim lease")
+    ap.add_argument("--claim-wait-seconds", type=float, default=0.0,
+                    help="wait this long for a claim another reconciler holds (0: skip the partition)")
+    ap.add_argument("--compression", default="zstd", choices=["zstd", "snappy", "gzip", "none"])
+    ap.add_argument("--master", default=None, help="Spark master when not set by spark-submit")
+    args = ap.parse_args(argv)
+    if not args.store:
+        ap.error("no store: pass --store or set CTP_STORE")
+    return args
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from ctp_state.reconcile import MiB, ReconcileConfig
+
+    return ReconcileConfig(
+        target_file_bytes=max(1, int(args.target_file_mb * MiB)),
+        max_bytes_per_partition=None if args.max_mb_per_partition is None else max(1, int(args.max_mb_per_partition * MiB)),
+        idle_lag=args.idle_lag,
+        lease_ms=int(args.lease_seconds * 1000),
+        claim_wait_s=args.claim_wait_seconds,
+        compression=args.compression,
+    )
+
+
+def spark_session(master: str | None = None, app_name: str = "ctp-reconcile") -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        builder = builder.master(os.environ.get("CTP_SPARK_MASTER", "local[*]"))
+    return (builder.config("spark.ui.showConsoleProgress", "false")
+            .config("spark.log.level", os.environ.get("CTP_SPARK_LOG_LEVEL", "WARN"))
+            .config("spark.python.worker.reuse", "true")
+            .getOrCreate())
+
+
+def run(spark: Any, args: argparse.Namespace, on_progress: Callable[[str, int, int], None] | None = None) -> dict:
+    from ctp_state.reconcile import run_reconcile
+    from ctp_state.store import open_store
+
+    config = config_from_args(args)
+    store = open_store(args.store)
+    kwargs: dict[str, Any] = {"on_progress": on_progress} if on_progress else {}
+    return run_reconcile(store, topics=args.topics, config=config,
+                         map_files=spark_map_files(spark, args.store, config.compression), **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ctp_state.errors import CtpError
+
+    args = parse_args(argv)
+    try:
+        spark = spark_session(args.master)
+        spark.sparkContext.setLogLevel("WARN")
+        try:
+            summary = run(spark, args)
+        finally:
+            spark.stop()
+    except (CtpError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=1))
+    if not summary["ok"]:
+        bad = [p for p in summary["partitions"] if p["status"] in ("quarantined", "fenced", "error")]
+        first = bad[0]
+        print(f"error: {len(bad)} partition(s) not reconciled; first: {first['topic']}/{first['partition']} "
+              f"{first['status']}: {first['reason']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
