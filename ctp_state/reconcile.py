@@ -195,8 +195,8 @@ def run_reconcile(
     # 5. commit
     done = [0]
 
-    def commit(item: tuple[PartitionLog, sm.PartitionState]) -> None:
-        log, st = item
+    def commit(job: tuple[int, tuple[PartitionLog, sm.PartitionState]]) -> None:
+        index, (log, st) = job
         r = reports[(st.topic, st.partition)]
         fs = plans[(st.topic, st.partition)]
         writer_epoch = st.writer_epoch
@@ -223,7 +223,7 @@ def run_reconcile(
                 r.l0_bytes = sum(f.l0_bytes for f in fs)
                 r.l1_bytes = sum(by_key[f.key]["l1_bytes"] for f in fs)
                 r.l1_files = list(keys)
-                faults.hit("after_commit", done[0])
+                faults.hit("after_commit", index)
             if not st.pending and c - st.min_epoch_lower_bound >= config.idle_lag and c >= st.max_applied_epoch:
                 out = log.append(st, lambda _s: Advance(c, writer_epoch)).outcome
                 if out.rejected is None:
@@ -243,7 +243,7 @@ def run_reconcile(
             done[0] += 1
             on_progress("commit", done[0], len(claimed))
 
-    _pmap(commit, claimed, config.threads)
+    _pmap(commit, list(enumerate(claimed)), config.threads)
 
     summary = _summarize(run_id, started_ms, c, config, reports)
     store.put(f"{RUNS_PREFIX}{started_ms:015d}-{run_id}.json", json.dumps(summary, indent=1).encode())
