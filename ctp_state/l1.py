@@ -10,9 +10,11 @@ of a crashed reconcile rewrites the same files.
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -64,7 +66,10 @@ class L1File:
 
 def read_chunk(store: ObjectStore, chunk: Pending) -> pa.RecordBatch:
     """Fetch one placeholder's chunk with a ranged GET and verify it (CRC32C, count)."""
-    data = store.get_range(chunk.l0_key, chunk.byte_offset, chunk.byte_length)
+    return decode_checked(chunk, store.get_range(chunk.l0_key, chunk.byte_offset, chunk.byte_length))
+
+
+def decode_checked(chunk: Pending, data: bytes) -> pa.RecordBatch:
     if len(data) != chunk.byte_length:
         raise CorruptData(chunk.l0_key, f"chunk at byte {chunk.byte_offset} is truncated: "
                           f"{len(data)} of {chunk.byte_length} bytes")
@@ -79,8 +84,12 @@ def to_l1_table(batches: Sequence[tuple[int, pa.RecordBatch]]) -> pa.Table:
         tables.append(
             pa.Table.from_arrays(
                 [
-                    pa.array(range(base, base + n), pa.int64()),
-                    batch.column("timestamp").cast(pa.timestamp("ms", tz="UTC")),
+                    # from_buffers, not pa.array(ndarray): the latter makes pyarrow import
+                    # pandas (~1 s in every fresh Spark worker; see the benchmark profile)
+                    pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(base, base + n, dtype=np.int64))]),
+                    # a zero-copy reinterpretation (int64 ms -> timestamp[ms]); a cast
+                    # would load compute kernels, ~0.5 s in every fresh Spark worker
+                    batch.column("timestamp").view(pa.timestamp("ms", tz="UTC")),
                     batch.column("key"),
                     batch.column("value"),
                     batch.column("headers"),
@@ -107,15 +116,25 @@ def encode_parquet(table: pa.Table, topic: str, partition: int, *, compression: 
 
 
 def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> dict:
-    """Read ``f``'s chunks, write its Parquet file, return what was done.
+    """Read ``f``'s chunks, write its Parquet file, return what was done and where the
+    time went (seconds reading, decoding, encoding, writing).
 
     Raises :class:`CorruptData`/``ObjectNotFound`` naming the L0 key on bad data.
     """
-    batches = [(c.base_offset, read_chunk(store, c)) for c in f.chunks]
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    raw = [(c, store.get_range(c.l0_key, c.byte_offset, c.byte_length)) for c in f.chunks]
+    t1 = time.perf_counter()
+    batches = [(c.base_offset, decode_checked(c, data)) for c, data in raw]
     table = to_l1_table(batches)
+    t2 = time.perf_counter()
     data = encode_parquet(table, f.topic, f.partition, compression=compression)
+    t3 = time.perf_counter()
     store.put(f.key, data)
-    return {"key": f.key, "records": table.num_rows, "l0_bytes": f.l0_bytes, "l1_bytes": len(data)}
+    t4 = time.perf_counter()
+    return {"key": f.key, "records": table.num_rows, "l0_bytes": f.l0_bytes, "l1_bytes": len(data),
+            "read_s": t1 - t0, "decode_s": t2 - t1, "encode_s": t3 - t2, "write_s": t4 - t3,
+            "wall_s": t4 - t0, "cpu_s": time.process_time() - cpu0}
 
 
 def read_l1(store: ObjectStore, key: str) -> pa.Table:

@@ -23,6 +23,7 @@ quarantined: nothing is committed for it and its M(p) stays where it was.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -130,8 +131,16 @@ def build_one(store: ObjectStore, index: int, f: L1File, compression: str = "zst
     from ctp_state.errors import CorruptData, ObjectNotFound
     from ctp_state.l1 import build_file
 
+    profile_dir = os.environ.get("CTP_PROFILE_DIR")
     try:
-        out = build_file(store, f, compression=compression)
+        if profile_dir:  # where does a worker's time go? (benchmarks/bench_reconcile.py --profile)
+            import cProfile
+
+            prof = cProfile.Profile()
+            out = prof.runcall(build_file, store, f, compression=compression)
+            prof.dump_stats(os.path.join(profile_dir, f"build-{os.getpid()}-{index}.prof"))
+        else:
+            out = build_file(store, f, compression=compression)
     except (CorruptData, ObjectNotFound) as e:
         return {"key": f.key, "error": str(e), "l0_key": getattr(e, "key", None)}
     faults.hit("after_l1_write", index)

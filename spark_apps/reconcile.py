@@ -41,13 +41,38 @@ def _build(url: str, compression: str, job: tuple[int, Any]) -> dict:
     return build_one(_store(url), index, f, compression)
 
 
-def spark_map_files(spark: Any, store_url: str, compression: str) -> Callable[[list], list[dict]]:
-    """``map_files`` for the library: one Spark task per L1 file."""
+def _warm(_: object) -> int:
+    import ctp_state.l1  # noqa: F401  (pyarrow, parquet, the L0 decoder)
+    import ctp_state.reconcile  # noqa: F401
+
+    return os.getpid()
+
+
+def warm_workers(spark: Any) -> int:
+    """Start the Python workers and import the reconciler in each, once per application
+    (~0.3 s a worker), so the first L1 files do not pay for it. Returns the number of
+    distinct worker processes seen."""
+    n = spark.sparkContext.defaultParallelism
+    return len(set(spark.sparkContext.parallelize(range(n), n).map(_warm).collect()))
+
+
+def spark_map_files(spark: Any, store_url: str, compression: str,
+                    tasks_per_core: int = 2) -> Callable[[list], list[dict]]:
+    """``map_files`` for the library: the files spread over about ``tasks_per_core`` x
+    the default parallelism Spark tasks, balanced by size.
+
+    Not one task per file: a Python task costs Spark ~40 ms on top of its work (measured
+    with empty tasks, see the README's benchmark notes), which would dominate small files.
+    """
 
     def run(files: list) -> list[dict]:
         jobs = list(enumerate(files))
-        rdd = spark.sparkContext.parallelize(jobs, numSlices=max(1, len(jobs)))
-        return rdd.map(lambda job: _build(store_url, compression, job)).collect()
+        slices = max(1, min(len(jobs), spark.sparkContext.defaultParallelism * tasks_per_core))
+        # Deal the files largest-first round-robin so every slice gets a similar share.
+        order = sorted(jobs, key=lambda job: -job[1].l0_bytes)
+        dealt = [order[i::slices] for i in range(slices)]
+        rdd = spark.sparkContext.parallelize(dealt, numSlices=slices)
+        return rdd.flatMap(lambda group: [_build(store_url, compression, job) for job in group]).collect()
 
     return run
 
@@ -116,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = spark_session(args.master)
         spark.sparkContext.setLogLevel("WARN")
         try:
+            warm_workers(spark)
             summary = run(spark, args)
         finally:
             spark.stop()

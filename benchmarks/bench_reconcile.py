@@ -1,0 +1,182 @@
+"""Reconcile throughput against this machine's raw read + Parquet-write limit.
+
+    python benchmarks/bench_reconcile.py [--gib 1.0] [--partitions 64] [--master 'local[2]']
+
+1. Produces about ``--gib`` GiB of L0 (random, incompressible values) across
+   ``--partitions`` partitions on a local-filesystem store.
+2. raw: the same L0 bytes read with the same ranged reads, CRC-checked, decoded and
+   written as the same Parquet rows with pyarrow, no Spark, no state log — on 1 and on
+   2 threads; the faster is the machine's raw limit.
+3. spark: the reconciler itself (``spark_apps.reconcile`` with a local SparkSession),
+   claims, commits and all. Session start-up is reported apart and not counted.
+
+Prints JSON: MB/s and records/s for each, the ratio spark/raw, and where the time went
+(per-phase seconds summed over the Spark tasks, and the driver's phases).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from ctp_state.epoch import ClusterEpoch  # noqa: E402
+from ctp_state.l0 import Record  # noqa: E402
+from ctp_state.l1 import L1File, build_file  # noqa: E402
+from ctp_state.producer import Producer  # noqa: E402
+from ctp_state.reconcile import MiB, ReconcileConfig, plan_files, run_reconcile  # noqa: E402
+from ctp_state.status import read_states, select_topics  # noqa: E402
+from ctp_state.store import open_store  # noqa: E402
+from ctp_state.topics import create_topic  # noqa: E402
+
+
+def produce(store, gib: float, partitions: int, value_size: int, flush_records: int) -> dict:
+    create_topic(store, "bench", partitions)
+    ClusterEpoch(store).advance()
+    pool = os.urandom(value_size * 4096 + value_size)
+    total = int(gib * 1024**3 / value_size)
+    t0 = time.perf_counter()
+    with Producer(store, epoch_ttl_s=60) as prod:
+        i = 0
+        while i < total:
+            n = min(flush_records, total - i)
+            chunks: dict[tuple[str, int], list[Record]] = {}
+            for j in range(i, i + n):
+                off = (j * 7919 % 4096) * value_size
+                chunks.setdefault(("bench", j % partitions), []).append(
+                    Record(pool[off:off + value_size], b"k%d" % j, 1_700_000_000_000 + j))
+            for v in prod.write(sorted(chunks.items())):
+                assert v.accepted, v.error
+            i += n
+    return {"records": total, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def raw(store, files: list[L1File], threads: int, out_dir: str) -> dict:
+    """Read + decode + Parquet-write the same files with pyarrow only."""
+    os.makedirs(out_dir, exist_ok=True)
+    sink = open_store(f"file://{out_dir}", {"CTP_FSYNC": "0"})
+
+    def one(f: L1File) -> dict:
+        return build_file(_RawStore(store, sink), f)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(one, files))
+    secs = time.perf_counter() - t0
+    return _rates(results, secs) | {"threads": threads}
+
+
+class _RawStore:
+    """Reads from the L0 store, writes L1 files elsewhere (so raw never touches the log)."""
+
+    def __init__(self, src, dst):
+        self.src, self.dst = src, dst
+
+    def get_range(self, key, start, length):
+        return self.src.get_range(key, start, length)
+
+    def put(self, key, data):
+        self.dst.put(key, data)
+
+
+def _rates(results: list[dict], secs: float) -> dict:
+    l0 = sum(r["l0_bytes"] for r in results)
+    recs = sum(r["records"] for r in results)
+    return {
+        "seconds": round(secs, 2),
+        "l0_mb": round(l0 / 1e6, 1),
+        "mb_per_s": round(l0 / 1e6 / secs, 1),
+        "records_per_s": round(recs / secs),
+        "phase_seconds": {k: round(sum(r[k] for r in results), 2) for k in ("read_s", "decode_s", "encode_s", "write_s", "wall_s", "cpu_s")},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--partitions", type=int, default=64)
+    ap.add_argument("--value-size", type=int, default=1000)
+    ap.add_argument("--flush-records", type=int, default=65536)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed after)")
+    ap.add_argument("--profile", action="store_true", help="cProfile the Spark tasks; print the top functions")
+    args = ap.parse_args()
+    work = args.dir or tempfile.mkdtemp(prefix="ctp-bench-")
+    try:
+        url = f"file://{work}/store"
+        store = open_store(url, {"CTP_FSYNC": "0"})
+        out: dict = {"benchmark": "reconcile", "cpus": os.cpu_count(), "master": args.master,
+                     "partitions": args.partitions, "value_size": args.value_size}
+        out["produce"] = produce(store, args.gib, args.partitions, args.value_size, args.flush_records)
+        states = read_states(store, select_topics(store))
+        cfg = ReconcileConfig()
+        files = [f for s in states for f in plan_files(s, cfg.target_file_bytes)]
+        out["l1_files"] = len(files)
+        out["raw_1_thread"] = raw(store, files, 1, f"{work}/raw1")
+        out["raw_2_threads"] = raw(store, files, 2, f"{work}/raw2")
+        shutil.rmtree(f"{work}/raw1", ignore_errors=True)
+        shutil.rmtree(f"{work}/raw2", ignore_errors=True)
+
+        os.environ["CTP_FSYNC"] = "0"
+        if args.profile:
+            os.makedirs(f"{work}/prof", exist_ok=True)
+            os.environ["CTP_PROFILE_DIR"] = f"{work}/prof"
+        from spark_apps.reconcile import spark_map_files, spark_session, warm_workers
+
+        t0 = time.perf_counter()
+        spark = spark_session(args.master, app_name="ctp-bench")
+        startup = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        workers = warm_workers(spark)  # what the app does once, before its first job
+        warmup = time.perf_counter() - t0
+        build_results: list[dict] = []
+        inner = spark_map_files(spark, url, cfg.compression)
+        phases: dict[str, float] = {}
+
+        def timed_map(fs):
+            t = time.perf_counter()
+            res = inner(fs)
+            phases["spark_build_s"] = time.perf_counter() - t
+            build_results.extend(res)
+            return res
+
+        t0 = time.perf_counter()
+        summary = run_reconcile(store, config=cfg, map_files=timed_map)
+        secs = time.perf_counter() - t0
+        spark.stop()
+        assert summary["ok"] and summary["records"] == out["produce"]["records"], summary["records"]
+        out["spark"] = _rates(build_results, secs) | {
+            "session_startup_seconds": round(startup, 2),
+            "worker_warmup_seconds": round(warmup, 2),
+            "python_workers": workers,
+            "mb_per_s_including_startup_and_warmup": round(
+                sum(r["l0_bytes"] for r in build_results) / 1e6 / (secs + startup + warmup), 1),
+            "driver_seconds_outside_spark_tasks": round(secs - phases["spark_build_s"], 2),
+            "spark_job_seconds": round(phases["spark_build_s"], 2),
+        }
+        best = max(out["raw_1_thread"]["mb_per_s"], out["raw_2_threads"]["mb_per_s"])
+        out["ratio_spark_to_raw"] = round(out["spark"]["mb_per_s"] / best, 3)
+        if args.profile:
+            import glob
+            import io
+            import pstats
+
+            buf = io.StringIO()
+            stats = pstats.Stats(*glob.glob(f"{work}/prof/*.prof"), stream=buf)
+            stats.sort_stats("tottime").print_stats(12)
+            out["profile_top_tottime"] = [line for line in buf.getvalue().splitlines() if line.strip()][-14:]
+        print(json.dumps(out, indent=2))
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
