@@ -4,6 +4,7 @@ quarantine, and the run summary."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import threading
 
@@ -58,7 +59,7 @@ def assert_exactly_once(store, topic: str, sent: dict[int, list[Record]], *, all
         if all_in_l1:
             keys, state = committed_l1_keys(PartitionLog(store, topic, p))
             assert not state.pending
-            in_l1 = sum(pq.read_metadata(__import__("io").BytesIO(store.get(k))).num_rows for k in keys)
+            in_l1 = sum(pq.read_metadata(io.BytesIO(store.get(k))).num_rows for k in keys)
             assert in_l1 == len(records)
 
 
