@@ -85,9 +85,12 @@ class ObjectStore(ABC):
         in byte-wise key order. Pagination is internal; stop iterating to stop early."""
 
     @abstractmethod
+    def list_level(self, prefix: str) -> tuple[list[str], list[ObjectInfo]]:
+        """One level under ``prefix`` (which ends in '/'): the next-level "directories"
+        (each ending in '/') and the objects directly at this level, in key order."""
+
     def list_prefixes(self, prefix: str) -> list[str]:
-        """Return the distinct next-level "directories" under ``prefix`` (which ends in
-        '/'), each ending in '/', in key order."""
+        return self.list_level(prefix)[0]
 
     @abstractmethod
     def _delete_batch(self, keys: list[str]) -> DeleteResult:
@@ -256,18 +259,24 @@ class LocalStore(ObjectStore):
                     continue
                 yield ObjectInfo(key, st.st_size, st.st_mtime)
 
-    def list_prefixes(self, prefix: str) -> list[str]:
+    def list_level(self, prefix: str) -> tuple[list[str], list[ObjectInfo]]:
         if prefix and not prefix.endswith("/"):
-            raise StoreError(f"list_prefixes needs a prefix ending in '/', got {prefix!r}")
+            raise StoreError(f"list_level needs a prefix ending in '/', got {prefix!r}")
         path = os.path.join(self.root, *prefix.rstrip("/").split("/")) if prefix else self.root
+        dirs: list[str] = []
+        files: list[ObjectInfo] = []
         try:
             with os.scandir(path) as it:
-                names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        if prefix or e.name != _TMP_DIR:
+                            dirs.append(prefix + e.name + "/")
+                    else:
+                        st = e.stat(follow_symlinks=False)
+                        files.append(ObjectInfo(prefix + e.name, st.st_size, st.st_mtime))
         except FileNotFoundError:
-            return []
-        if not prefix:
-            names = [n for n in names if n != _TMP_DIR]
-        return sorted((prefix + n + "/" for n in names), key=str.encode)
+            return [], []
+        return sorted(dirs, key=str.encode), sorted(files, key=lambda o: o.key.encode())
 
     def _delete_batch(self, keys: list[str]) -> DeleteResult:
         deleted: list[str] = []
@@ -393,10 +402,11 @@ class S3Store(ObjectStore):
             kwargs.pop("StartAfter", None)
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
-    def list_prefixes(self, prefix: str) -> list[str]:
+    def list_level(self, prefix: str) -> tuple[list[str], list[ObjectInfo]]:
         if prefix and not prefix.endswith("/"):
-            raise StoreError(f"list_prefixes needs a prefix ending in '/', got {prefix!r}")
-        out: list[str] = []
+            raise StoreError(f"list_level needs a prefix ending in '/', got {prefix!r}")
+        dirs: list[str] = []
+        files: list[ObjectInfo] = []
         n = len(self.prefix)
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix, "Delimiter": "/"}
         while True:
@@ -404,9 +414,11 @@ class S3Store(ObjectStore):
                 page = self._s3.list_objects_v2(**kwargs)
             except self._ClientError as e:
                 raise self._fail("LIST", prefix or "/", e) from None
-            out.extend(p["Prefix"][n:] for p in page.get("CommonPrefixes", ()))
+            dirs.extend(p["Prefix"][n:] for p in page.get("CommonPrefixes", ()))
+            files.extend(ObjectInfo(o["Key"][n:], int(o["Size"]), o["LastModified"].timestamp())
+                         for o in page.get("Contents", ()))
             if not page.get("IsTruncated"):
-                return out
+                return dirs, files
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
     def _delete_batch(self, keys: list[str]) -> DeleteResult:

@@ -49,9 +49,9 @@ class CountingStore(ObjectStore):
         self._n("list")
         return self.inner.list(prefix, start_after)
 
-    def list_prefixes(self, prefix):
+    def list_level(self, prefix):
         self._n("list")
-        return self.inner.list_prefixes(prefix)
+        return self.inner.list_level(prefix)
 
     def _delete_batch(self, keys):
         self._n("delete")

@@ -88,6 +88,10 @@ def test_list_prefixes(store: ObjectStore):
     assert store.list_prefixes("l0/") == ["l0/000/", "l0/007/", "l0/010/"]
     assert store.list_prefixes("") == ["l0/", "l1/"]
     assert store.list_prefixes("none/") == []
+    store.put("l0/stray", b"xy")
+    dirs, objects = store.list_level("l0/")
+    assert dirs == ["l0/000/", "l0/007/", "l0/010/"]
+    assert [(o.key, o.size) for o in objects] == [("l0/stray", 2)]
 
 
 def test_delete_many_batches_over_1000(store: ObjectStore):

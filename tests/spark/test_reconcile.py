@@ -278,3 +278,20 @@ def test_corrupt_and_missing_chunks_quarantine_only_their_partitions(spark, stor
     for p in (1, 2):
         assert after[p].m == m_before[p] and after[p].lag_entries == 1  # held, nothing committed
         assert after[p].holders == ()  # and the claim was released
+
+
+def test_to_l1_table_assigns_offsets_from_each_chunks_base():
+    from ctp_state import l0
+    from ctp_state.l1 import to_l1_table
+
+    def batch(values):
+        data, (ref,) = l0.build_object(1, [("t", 0, [Record(v, None, 5) for v in values])])
+        chunk = data[ref.byte_offset:ref.byte_offset + ref.byte_length]
+        return l0.decode_chunk(chunk, "k", expected_crc=ref.crc32c, expected_records=len(values))
+
+    table = to_l1_table([(10, batch([b"a", b"b"])), (12, batch([b"c"]))])
+    assert table.schema == SCHEMA
+    assert table.column("offset").to_pylist() == [10, 11, 12]
+    assert table.column("value").to_pylist() == [b"a", b"b", b"c"]
+    assert [t.timestamp() for t in table.column("timestamp").to_pylist()] == [0.005] * 3
+    assert to_l1_table([]).num_rows == 0
