@@ -371,14 +371,30 @@ def read(store: ObjectStore, as_json: bool, topic_name: str, partition: int, fro
 @click.option("--partitions", type=int, default=8, show_default=True)
 @click.option("--rounds", type=int, default=4, show_default=True, help="Epoch advances, one flush each.")
 @click.option("--records", type=int, default=20_000, show_default=True, help="Records per round.")
+@click.option("--master", default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[2]"), show_default="local[2]",
+              help="Spark master for the reconcile step.")
+@click.option("--no-reconcile", is_flag=True, help="Skip the Spark reconcile step.")
 @command
-def demo(store: ObjectStore, as_json: bool, topic_name: str, partitions: int, rounds: int, records: int) -> None:
+def demo(store: ObjectStore, as_json: bool, topic_name: str, partitions: int, rounds: int, records: int,
+         master: str, no_reconcile: bool) -> None:
     """Run the end-to-end flow on this store and print what happened."""
     from ctp_state.demo import run_demo
 
     say = (lambda _msg: None) if as_json else click.echo
-    summary = run_demo(store, topic=topic_name, partitions=partitions, rounds=rounds,
-                       records_per_round=records, say=say)
+
+    def reconcile() -> dict:
+        from ctp_state.reconcile import ReconcileConfig, run_reconcile
+        from spark_apps import reconcile as app
+
+        spark = app.spark_session(master, app_name="ctp-demo")
+        try:
+            return run_reconcile(store, topics=[topic_name], config=ReconcileConfig(),
+                                 map_files=app.spark_map_files(spark, store.url, "zstd"))
+        finally:
+            spark.stop()
+
+    summary = run_demo(store, topic=topic_name, partitions=partitions, rounds=rounds, records_per_round=records,
+                       say=say, reconcile=None if no_reconcile else reconcile)
     if as_json:
         emit(True, summary)
     else:

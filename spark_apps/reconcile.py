@@ -111,6 +111,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
 def spark_session(master: str | None = None, app_name: str = "ctp-reconcile") -> Any:
     from pyspark.sql import SparkSession
 
+    # Workers must run the interpreter that has ctp installed, not whatever `python3`
+    # is first on PATH (spark.pyspark.python / PYSPARK_PYTHON still win when set).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
