@@ -121,13 +121,13 @@ class GcCounters:
         self.max_epoch_seen = epoch if self.max_epoch_seen is None else max(self.max_epoch_seen, epoch)
 
 
-def scan_prefix(store: ObjectStore, prefix: str, m: int) -> tuple[list[ObjectInfo], int, int, int]:
+def scan_prefix(store: ObjectStore, prefix: str, m: int) -> tuple[list[tuple[ObjectInfo, int]], int, int, int]:
     """List one spread prefix in epoch order up to M.
 
-    Returns (candidates, listed, first epoch above M or -1, min epoch seen or -1).
-    Raises :class:`CorruptData` naming the first key that does not parse.
+    Returns ((object, epoch) candidates, listed, first epoch above M or -1, min epoch
+    seen or -1). Raises :class:`CorruptData` naming the first key that does not parse.
     """
-    out: list[ObjectInfo] = []
+    out: list[tuple[ObjectInfo, int]] = []
     listed = 0
     above = lowest = -1
     for info in store.list(prefix):
@@ -137,7 +137,7 @@ def scan_prefix(store: ObjectStore, prefix: str, m: int) -> tuple[list[ObjectInf
         if epoch > m:
             above = epoch
             break
-        out.append(info)
+        out.append((info, epoch))
     return out, listed, above, lowest
 
 
@@ -162,8 +162,8 @@ def plan_l0_deletes(store: ObjectStore, m: int, *, now_s: float, grace_s: float 
         if above >= 0:
             c.skipped_above_m += 1
             c.see(above)
-        for info in candidates:
-            c.see(layout.parse_l0_key(info.key)[1])
+        for info, epoch in candidates:
+            c.see(epoch)
             if grace_s and now_s - info.mtime < grace_s:
                 c.skipped_too_young += 1
             else:

@@ -19,7 +19,7 @@ from ctp_state import entries as en
 from ctp_state import layout
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Claim, Entry, Release
-from ctp_state.errors import ClaimHeld, ContentionTimeout, KeyExists, LogGap, ObjectNotFound
+from ctp_state.errors import ClaimHeld, ContentionTimeout, CorruptData, KeyExists, LogGap, ObjectNotFound
 from ctp_state.store import ObjectStore
 
 DEFAULT_SNAPSHOT_EVERY = 64
@@ -67,8 +67,6 @@ class PartitionLog:
             return self.empty_state()
         st = sm.decode_snapshot(data, key)
         if (st.topic, st.partition) != (self.topic, self.partition):
-            from ctp_state.errors import CorruptData
-
             raise CorruptData(key, f"snapshot belongs to {st.topic}/{st.partition}")
         self._snapshot_offset = max(self._snapshot_offset, st.applied_offset)
         return st

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -35,8 +36,8 @@ from ctp_state import faults
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import ClaimHeld, CtpError, Rejected
-from ctp_state.l1 import L1File
+from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, Rejected
+from ctp_state.l1 import L1File, build_file
 from ctp_state.log import PartitionLog
 from ctp_state.status import read_states, select_topics
 from ctp_state.store import ObjectStore
@@ -128,9 +129,6 @@ def build_files_locally(store: ObjectStore, files: Sequence[L1File], *, threads:
 def build_one(store: ObjectStore, index: int, f: L1File, compression: str = "zstd") -> dict:
     """Build one L1 file; a data error becomes a result, not an exception, so one bad
     partition does not fail the others."""
-    from ctp_state.errors import CorruptData, ObjectNotFound
-    from ctp_state.l1 import build_file
-
     profile_dir = os.environ.get("CTP_PROFILE_DIR")
     try:
         if profile_dir:  # where does a worker's time go? (benchmarks/bench_reconcile.py --profile)
@@ -203,6 +201,7 @@ def run_reconcile(
 
     # 5. commit
     done = [0]
+    done_lock = threading.Lock()
 
     def commit(job: tuple[int, tuple[PartitionLog, sm.PartitionState]]) -> None:
         index, (log, st) = job
@@ -249,8 +248,9 @@ def run_reconcile(
                 log.release(st, owner, writer_epoch)
             except CtpError:
                 pass  # the lease will run out; the next claim is not blocked for long
-            done[0] += 1
-            on_progress("commit", done[0], len(claimed))
+            with done_lock:
+                done[0] += 1
+                on_progress("commit", done[0], len(claimed))
 
     _pmap(commit, list(enumerate(claimed)), config.threads)
 
