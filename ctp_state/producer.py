@@ -158,11 +158,6 @@ class Producer:
         with self._lock:
             self._buffer[(topic, partition)].append(record)
 
-    @property
-    def buffered(self) -> int:
-        with self._lock:
-            return sum(len(v) for v in self._buffer.values())
-
     def flush(self) -> list[Verdict]:
         with self._lock:
             batch, self._buffer = self._buffer, defaultdict(list)
