@@ -363,6 +363,117 @@ def read(store: ObjectStore, as_json: bool, topic_name: str, partition: int, fro
         click.echo(json.dumps(out))
 
 
+# --- gc and validate -----------------------------------------------------------------
+
+
+def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for opt in reversed([
+        click.option("--grace-seconds", type=float, default=0.0, show_default=True,
+                     help="Leave L0 objects younger than this for the next run."),
+        click.option("--l1-grace-seconds", type=float, default=3600.0, show_default=True,
+                     help="Leave uncommitted L1 files younger than this (a reconciler may be writing them)."),
+        click.option("--summary-max-age", type=float, default=900.0, show_default=True,
+                     help="Use the newest reconcile summary for partition states if it is this fresh "
+                          "(seconds; 0: always read the state logs)."),
+        click.option("--report-dir", type=click.Path(file_okay=False), default=None,
+                     help="Where the GX project, Data Docs and the GC summary page go "
+                          "[default: $CTP_REPORT_DIR or ./ctp-report]."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def _gc_config(**kw: Any) -> Any:
+    from ctp_state.gc_run import GcConfig
+
+    return GcConfig(**kw)
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Compute M and what would be deleted; delete nothing.")
+@click.option("--max-deletes", type=int, default=None, help="Delete at most this many L0 objects (lowest epochs first).")
+@click.option("--in-flight", type=int, default=4, show_default=True, help="DeleteObjects batches in flight.")
+@click.option("--publish-report", is_flag=True, help="Also copy the report into the store under reports/gc/.")
+@_gc_options
+@command
+def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None, in_flight: int,
+       publish_report: bool, grace_seconds: float, l1_grace_seconds: float, summary_max_age: float,
+       report_dir: str | None) -> None:
+    """Garbage-collect L0 objects with epoch <= M, behind the Great Expectations gate.
+
+    Reads C, then every partition; M = min(C - 1, min M(p)); runs the checkpoint (M
+    monotonic, partition states, L1 offsets) and deletes nothing if it fails; then
+    deletes L0 objects at or below M and uncommitted L1 files; records the run in the GC
+    history and writes the report.
+    """
+    from expectations.job import gc_job, report_dir_from_env
+
+    config = _gc_config(dry_run=dry_run, grace_s=grace_seconds, l1_grace_s=l1_grace_seconds,
+                        max_deletes=max_deletes, in_flight=in_flight, summary_max_age_s=summary_max_age)
+    report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env()
+    with _progress() as progress:
+        task = progress.add_task("reading partitions", total=None)
+
+        def on_progress(stage: str, done: int, total: int) -> None:
+            progress.update(task, description=stage, completed=done, total=total)
+
+        out = gc_job(store, config, report_dir, publish_to_store=publish_report, on_progress=on_progress)
+    if out.error is not None:
+        if as_json:
+            emit(True, {"status": "gate_failed", "failures": out.error.failures, "report": out.report})
+        else:
+            for f in out.error.failures:
+                click.echo(f"  failed: {f}", err=True)
+            click.echo(f"report: {out.report}", err=True)
+        raise out.error
+    rec = out.record or {}
+    if as_json:
+        emit(True, {**rec, "report": out.report, "data_docs": out.docs, "published_files": out.published})
+    else:
+        if rec["dry_run"]:
+            click.echo(f"dry run: would delete {rec['would_delete']} L0 objects ({rec['would_delete_bytes']} bytes) "
+                       f"and {rec['l1_orphans']} L1 orphans ({rec['l1_orphan_bytes']} bytes); nothing deleted")
+        else:
+            click.echo(f"deleted {rec['deleted']} L0 objects ({rec['deleted_bytes']} bytes) and "
+                       f"{rec.get('l1_orphans_deleted', 0)} L1 orphans; {rec['delete_errors']} failed")
+        click.echo(f"M = {rec['m']} (C = {rec['cluster_epoch']}, {rec['partitions']} partitions); "
+                   f"listed {rec['listed']}, too young {rec['skipped_too_young']}; run {rec['seq']} in {rec['seconds']}s")
+        for h in rec["held_by"][:10]:
+            where = "cluster epoch" if h["topic"] is None else f"{h['topic']}/{h['partition']}"
+            click.echo(f"  held at M by {where}: {'; '.join(h['reasons'])}")
+        if rec["held_by_count"] > 10:
+            click.echo(f"  ... and {rec['held_by_count'] - 10} more")
+        click.echo(f"report: {out.report}")
+    if rec.get("status") == "partial":
+        fail(f"{rec['delete_errors']} L0 object(s) and {rec.get('l1_delete_errors', 0)} L1 file(s) failed to "
+             f"delete after retries (e.g. {next(iter(rec['failed_keys']), '?')}); the next run retries them")
+
+
+@main.command(name="validate")
+@_gc_options
+@command
+def validate_cmd(store: ObjectStore, as_json: bool, grace_seconds: float, l1_grace_seconds: float,
+                 summary_max_age: float, report_dir: str | None) -> None:
+    """Run the Great Expectations checkpoint alone: nothing is deleted or recorded."""
+    from expectations.job import report_dir_from_env, validate_job
+
+    config = _gc_config(dry_run=True, grace_s=grace_seconds, l1_grace_s=l1_grace_seconds,
+                        summary_max_age_s=summary_max_age)
+    report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env()
+    ok, failures, info = validate_job(store, config, report_dir)
+    if as_json:
+        emit(True, {"success": ok, "failures": failures, **info})
+    else:
+        st = info["statistics"]
+        click.echo(f"{'passed' if ok else 'FAILED'}: {st.get('successful', 0)}/{st.get('evaluated', 0)} expectations; "
+                   f"M = {info['m']} (C = {info['cluster_epoch']}, {info['partitions']} partitions)")
+        for f in failures:
+            click.echo(f"  failed: {f}")
+        click.echo(f"data docs: {info['docs']}")
+    if not ok:
+        fail(f"{len(failures)} expectation(s) failed: {failures[0]}")
+
+
 # --- demo -------------------------------------------------------------------------------
 
 

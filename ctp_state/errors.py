@@ -202,3 +202,23 @@ class ContentionTimeout(CtpError):
 
     def __init__(self, what: str, attempts: int):
         super().__init__(f"{what}: gave up after {attempts} attempts lost to concurrent writers")
+
+
+# --- garbage collection ------------------------------------------------------------
+
+
+class GateFailed(CtpError):
+    """The Great Expectations checkpoint failed before any delete: the GC deleted nothing.
+
+    ``failures`` lists the failed expectations, one line each; ``statistics`` is the
+    checkpoint's summary (evaluated, successful, unsuccessful).
+    """
+
+    def __init__(self, failures: list[str], statistics: dict | None = None, docs: str | None = None):
+        self.failures, self.statistics, self.docs = list(failures), dict(statistics or {}), docs
+        shown = "; ".join(self.failures[:3]) + (f"; and {len(self.failures) - 3} more" if len(self.failures) > 3 else "")
+        super().__init__(f"GC gate failed, nothing deleted: {shown}")
+
+
+class CollectionBlocked(CtpError):
+    """M cannot be computed this run (a partition without its init entry)."""

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ctp_state import layout
+from ctp_state import faults, layout
 from ctp_state import state as sm
 from ctp_state.errors import CorruptData
 from ctp_state.store import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
@@ -190,7 +190,8 @@ def delete_objects(
     lock = threading.Lock()
     done = [0]
 
-    def run(batch: list[str]) -> None:
+    def run(job: tuple[int, list[str]]) -> None:
+        index, batch = job
         pending = batch
         for attempt in range(max_attempts):
             res = store.delete_many(pending)
@@ -212,7 +213,8 @@ def delete_objects(
         with lock:
             done[0] += len(batch)
             on_progress(done[0], len(sizes))
+        faults.hit("gc_after_delete_batch", index)
 
     with ThreadPoolExecutor(max_workers=max(1, in_flight)) as pool:
-        list(pool.map(run, batches))
+        list(pool.map(run, enumerate(batches)))
     return c

@@ -117,6 +117,29 @@ class PartitionReport:
     lag_bytes_left: int = 0
     reason: str | None = None
     key: str | None = None  # the L0 key a quarantine is about
+    # The partition's state after this run, for the GC's lazy aggregation (R4 inputs,
+    # the partition-state expectations and the L1 orphan sweep).
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def observe(self, s: sm.PartitionState) -> None:
+        self.m_after, self.lag_entries_left, self.lag_bytes_left = s.m, s.lag_entries, s.lag_bytes
+        self.state = state_fields(s)
+
+
+def state_fields(s: sm.PartitionState) -> dict[str, Any]:
+    """What the GC needs of a partition's state, as plain data."""
+    return {
+        "initialized": s.initialized,
+        "min_epoch_lower_bound": s.min_epoch_lower_bound,
+        "previous_applied_epoch": s.previous_applied_epoch,
+        "max_applied_epoch": s.max_applied_epoch,
+        "last_reconciled_offset": s.last_reconciled_offset,
+        "log_end_offset": s.applied_offset + 1,
+        "lag_entries": s.lag_entries,
+        "lag_records": s.lag_records,
+        "lag_bytes": s.lag_bytes,
+        "holders": [[h.owner, h.mode.value, h.lease_until_ms] for h in s.holders],
+    }
 
 
 def build_files_locally(store: ObjectStore, files: Sequence[L1File], *, threads: int = 4,
@@ -161,9 +184,9 @@ def run_reconcile(
 
     c = ClusterEpoch(store).current()  # C first (R4/R6), then the partitions
     states = read_states(store, select_topics(store, topics))
-    reports = {(s.topic, s.partition): PartitionReport(s.topic, s.partition, m_before=s.m, m_after=s.m,
-                                                       lag_entries_left=s.lag_entries, lag_bytes_left=s.lag_bytes)
-               for s in states}
+    reports = {(s.topic, s.partition): PartitionReport(s.topic, s.partition, m_before=s.m) for s in states}
+    for s in states:
+        reports[(s.topic, s.partition)].observe(s)
     for s in states:
         if not s.initialized:
             r = reports[(s.topic, s.partition)]
@@ -243,11 +266,11 @@ def run_reconcile(
         except CtpError as e:
             r.status, r.reason = "error", str(e)
         finally:
-            r.m_after, r.lag_entries_left, r.lag_bytes_left = st.m, st.lag_entries, st.lag_bytes
             try:
-                log.release(st, owner, writer_epoch)
+                st = log.release(st, owner, writer_epoch).outcome.state
             except CtpError:
                 pass  # the lease will run out; the next claim is not blocked for long
+            r.observe(st)
             with done_lock:
                 done[0] += 1
                 on_progress("commit", done[0], len(claimed))

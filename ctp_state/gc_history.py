@@ -1,0 +1,162 @@
+"""The GC history: an append-only audit record, one entry per GC run.
+
+::
+
+    gc/history/<seq:020d>.json        one record per run (dense seq, create-if-absent)
+    gc/history/hint                   newest seq an appender saw (a hint, may lag)
+    gc/partitions/<seq:020d>.parquet  that run's view of every partition (M(p), lower
+                                      bounds, the L1 sweep's watermarks)
+
+A record is written once with create-if-absent, so two GC runs can never both own a
+seq, and nothing rewrites a record. Readers find the newest seq from the hint and a
+listing after it, then read only the tail they need: the cost of a GC does not grow
+with its own history.
+
+Which runs count for monotonic M (I3): runs whose gate passed (``ok``, ``partial``:
+some deletes still failed after retries, ``dry_run``).
+A ``gate_failed`` run is recorded for the audit but never becomes the reference a later
+run is checked against; every record carries ``m_high_water``, the highest M any
+passing run has recorded, so the check reaches back over all time, not just the tail.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ctp_state.errors import CorruptData, KeyExists, ObjectNotFound, UnsupportedVersion
+from ctp_state.store import ObjectStore
+
+HISTORY_PREFIX = "gc/history/"
+HISTORY_HINT = "gc/history/hint"
+PARTITIONS_PREFIX = "gc/partitions/"
+RECORD_VERSION = 1
+PASSED = ("ok", "partial", "dry_run")
+
+PARTITION_SCHEMA = pa.schema([
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("source", pa.string()),  # "log" or "summary"
+    ("m", pa.int64()),
+    ("min_epoch_lower_bound", pa.int64()),
+    ("previous_applied_epoch", pa.int64()),
+    ("max_applied_epoch", pa.int64()),
+    ("last_reconciled_offset", pa.int64()),
+    ("log_end_offset", pa.int64()),
+    ("lag_entries", pa.int64()),
+    ("lag_bytes", pa.int64()),
+    ("l1_swept_through", pa.int64()),  # every L1 key whose first offset <= this is resolved
+    ("l1_swept_log_end", pa.int64()),  # log end offset when the sweep last looked
+])
+
+
+def record_key(seq: int) -> str:
+    return f"{HISTORY_PREFIX}{seq:020d}.json"
+
+
+def partitions_key(seq: int) -> str:
+    return f"{PARTITIONS_PREFIX}{seq:020d}.parquet"
+
+
+def decode_record(data: bytes, key: str) -> dict[str, Any]:
+    try:
+        rec = json.loads(data)
+    except ValueError as e:
+        raise CorruptData(key, f"GC history record is not JSON ({e})") from None
+    if not isinstance(rec, dict) or "v" not in rec:
+        raise CorruptData(key, "GC history record has no version")
+    if rec["v"] != RECORD_VERSION:
+        raise UnsupportedVersion(key, "GC history record", rec["v"], (RECORD_VERSION,))
+    return rec
+
+
+class GcHistory:
+    def __init__(self, store: ObjectStore):
+        self.store = store
+
+    def last_seq(self) -> int:
+        """The newest seq in the history, -1 when empty: the hint, then a listing after it."""
+        try:
+            hint = int(self.store.get(HISTORY_HINT).decode())
+        except (ObjectNotFound, ValueError):
+            hint = -1
+        last = hint
+        start = record_key(hint) if hint >= 0 else None
+        for info in self.store.list(HISTORY_PREFIX, start_after=start):
+            name = info.key[len(HISTORY_PREFIX):]
+            if name.endswith(".json") and name[:-5].isdigit():
+                last = max(last, int(name[:-5]))
+        return last
+
+    def get(self, seq: int) -> dict[str, Any]:
+        key = record_key(seq)
+        return decode_record(self.store.get(key), key)
+
+    def tail(self, n: int, last: int | None = None) -> list[dict[str, Any]]:
+        """The newest ``n`` records, oldest first."""
+        last = self.last_seq() if last is None else last
+        out = []
+        for seq in range(max(0, last - n + 1), last + 1):
+            try:
+                out.append(self.get(seq))
+            except ObjectNotFound:
+                continue  # a seq an appender lost to a crash before writing; never reused
+        return out
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """Every record, oldest first (for reports and audits, not for the GC's own path)."""
+        for info in self.store.list(HISTORY_PREFIX):
+            name = info.key[len(HISTORY_PREFIX):]
+            if name.endswith(".json") and name[:-5].isdigit():
+                yield decode_record(self.store.get(info.key), info.key)
+
+    def append(self, make: Callable[[int], dict[str, Any]], *, attempts: int = 32) -> dict[str, Any]:
+        """Write ``make(seq)`` at the next free seq, create-if-absent; retry on a lost race.
+
+        ``make`` is called again with the new seq after a lost race, so a record can
+        reflect the runs that won before it.
+        """
+        seq = self.last_seq() + 1
+        for _ in range(attempts):
+            rec = {"v": RECORD_VERSION, "seq": seq, **make(seq)}
+            try:
+                self.store.put_if_absent(record_key(seq), json.dumps(rec, indent=1, sort_keys=True).encode())
+            except KeyExists:
+                seq = self.last_seq() + 1
+                continue
+            self.store.put(HISTORY_HINT, str(seq).encode())
+            return rec
+        raise CorruptData(HISTORY_PREFIX, f"could not append a GC history record in {attempts} attempts")
+
+    # --- per-run partition views ---
+
+    def write_partitions(self, seq: int, table: pa.Table) -> str:
+        buf = io.BytesIO()
+        pq.write_table(table.cast(PARTITION_SCHEMA), buf, compression="zstd")
+        key = partitions_key(seq)
+        self.store.put(key, buf.getvalue())
+        return key
+
+    def read_partitions(self, key: str) -> pa.Table:
+        try:
+            return pq.read_table(io.BytesIO(self.store.get(key)))
+        except ObjectNotFound:
+            raise
+        except Exception as e:  # pyarrow raises several types for a bad file
+            raise CorruptData(key, f"GC partition view does not read as Parquet ({e})") from None
+
+
+def high_water(records: list[dict[str, Any]]) -> int | None:
+    """The highest M any passing run recorded, as known from ``records`` (each carries
+    the high-water mark of everything before it)."""
+    best: int | None = None
+    for r in records:
+        for v in (r.get("m_high_water"), r.get("m") if r.get("status") in PASSED else None):
+            if v is not None and (best is None or v > best):
+                best = v
+    return best

@@ -1,0 +1,403 @@
+"""One GC run: inputs, M, the gate, deletes, the history record.
+
+1. Read the cluster epoch C, then every partition of every topic (R4): from the newest
+   reconcile summary where it is fresh (started after the previous GC finished, so its
+   values are no older than what that GC saw), from the state logs otherwise.
+2. M = min(C - 1, min M(p)), with the partitions that set it and why (R7).
+3. Sweep L1 for orphans (listing only what is new since the last sweep) and check the
+   newly committed L1 files' offsets.
+4. The gate: the Great Expectations checkpoint (passed in as ``gate``; see
+   ``expectations/``) over three tables: the GC history with the candidate M, the
+   partition states against the previous run's, the new L1 files. If anything fails,
+   the run is recorded as ``gate_failed`` and :class:`GateFailed` is raised: nothing
+   was deleted. A plain-Python backstop repeats the monotonic-M check.
+5. List L0 per spread prefix up to M, then (unless a dry run) delete L0 objects and L1
+   orphans.
+6. Append the history record and this run's partition view.
+
+A run killed at any point leaves no record (the history only holds finished runs) and
+nothing half-done that matters: deletes are idempotent and the next run lists again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ctp_state import gc_l1
+from ctp_state import state as sm
+from ctp_state.entries import AccessMode
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import CorruptData, CtpError, GateFailed
+from ctp_state.gc import GcCounters, Holdback, MDecision, compute_m, delete_objects, plan_l0_deletes
+from ctp_state.gc_history import PARTITION_SCHEMA, PASSED, GcHistory, high_water
+from ctp_state.log import PartitionLog
+from ctp_state.reconcile import RUNS_PREFIX
+from ctp_state.status import select_topics
+from ctp_state.store import ObjectStore
+
+#: A summary must have started this long after the previous GC finished (clock skew).
+SKEW_MARGIN_MS = 5_000
+
+
+@dataclass(frozen=True)
+class GcConfig:
+    dry_run: bool = False
+    grace_s: float = 0.0  # L0 objects younger than this are left for the next run
+    l1_grace_s: float = 3600.0  # L1 orphans younger than this are left
+    max_deletes: int | None = None  # L0 objects per run, lowest epochs first; None: all
+    in_flight: int = 4  # DeleteObjects batches in flight
+    list_threads: int = 8
+    summary_max_age_s: float = 900.0  # 0: always read the state logs
+    history_tail: int = 50
+    verify_l1_rows: bool = True  # read the offset column of each new L1 file
+    l1_sweep: bool = True
+
+    def __post_init__(self) -> None:
+        if self.grace_s < 0 or self.l1_grace_s < 0:
+            raise ValueError("grace must be >= 0 seconds")
+        if self.max_deletes is not None and self.max_deletes < 0:
+            raise ValueError("max deletes must be >= 0")
+        if self.in_flight < 1 or self.list_threads < 1:
+            raise ValueError("in-flight batches and list threads must be >= 1")
+
+
+@dataclass(frozen=True)
+class GateResult:
+    success: bool
+    failures: list[str]
+    statistics: dict[str, Any] = field(default_factory=dict)
+    docs: str | None = None
+
+
+Gate = Callable[[dict[str, pa.Table]], GateResult]
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """What the GC knows of one partition; duck-types the parts of PartitionState that
+    :func:`compute_m` reads."""
+
+    topic: str
+    partition: int
+    source: str  # "log" | "summary"
+    initialized: bool
+    min_epoch_lower_bound: int | None
+    previous_applied_epoch: int | None
+    max_applied_epoch: int | None
+    last_reconciled_offset: int
+    log_end_offset: int
+    lag_entries: int
+    lag_records: int
+    lag_bytes: int
+    holders: tuple[sm.Holder, ...]
+
+    @property
+    def m(self) -> int | None:
+        return None if self.min_epoch_lower_bound is None else self.min_epoch_lower_bound - 1
+
+    @classmethod
+    def of_state(cls, s: sm.PartitionState) -> PartitionView:
+        return cls(s.topic, s.partition, "log", s.initialized, s.min_epoch_lower_bound, s.previous_applied_epoch,
+                   s.max_applied_epoch, s.last_reconciled_offset, s.applied_offset + 1, s.lag_entries,
+                   s.lag_records, s.lag_bytes, s.holders)
+
+    @classmethod
+    def of_summary(cls, topic: str, partition: int, f: dict[str, Any]) -> PartitionView:
+        holders = tuple(sm.Holder(o, AccessMode(m), 0, int(lu)) for o, m, lu in f["holders"])
+        return cls(topic, partition, "summary", f["initialized"], f["min_epoch_lower_bound"],
+                   f["previous_applied_epoch"], f["max_applied_epoch"], f["last_reconciled_offset"],
+                   f["log_end_offset"], f["lag_entries"], f["lag_records"], f["lag_bytes"], holders)
+
+
+# --- inputs ----------------------------------------------------------------------------------
+
+
+def newest_summary(store: ObjectStore, now_ms: int, max_age_s: float) -> dict[str, Any] | None:
+    """The newest reconcile summary that started within ``max_age_s``; lists only those."""
+    if max_age_s <= 0:
+        return None
+    since = max(0, now_ms - int(max_age_s * 1000))
+    newest = None
+    for info in store.list(RUNS_PREFIX, start_after=f"{RUNS_PREFIX}{since:015d}"):
+        newest = info.key
+    if newest is None:
+        return None
+    try:
+        return json.loads(store.get(newest))
+    except ValueError as e:
+        raise CorruptData(newest, f"reconcile summary is not JSON ({e})") from None
+
+
+def gather(store: ObjectStore, *, now_ms: int, summary: dict[str, Any] | None,
+           not_before_ms: int | None, threads: int = 32) -> tuple[int, list[PartitionView], str | None]:
+    """C first, then every partition (R4). Returns (C, views, id of the summary used)."""
+    c = ClusterEpoch(store).current()
+    topics = select_topics(store)
+    usable: dict[tuple[str, int], dict[str, Any]] = {}
+    used = None
+    if summary and (not_before_ms is None or summary.get("started_ms", 0) >= not_before_ms + SKEW_MARGIN_MS):
+        for p in summary.get("partitions", []):
+            if p.get("state") and p["status"] != "error":
+                usable[(p["topic"], p["partition"])] = p["state"]
+        used = summary.get("run_id") if usable else None
+    wanted = [(t.name, p) for t in topics for p in range(t.partitions)]
+    views = {k: PartitionView.of_summary(k[0], k[1], usable[k]) for k in wanted if k in usable}
+    missing = [k for k in wanted if k not in views]
+    if missing:
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(missing)))) as pool:
+            for s in pool.map(lambda k: PartitionLog(store, *k).read_state(), missing):
+                views[(s.topic, s.partition)] = PartitionView.of_state(s)
+    return c, [views[k] for k in wanted], used
+
+
+def quarantined_of(summary: dict[str, Any] | None) -> dict[tuple[str, int], tuple[str | None, str]]:
+    if not summary:
+        return {}
+    return {(p["topic"], p["partition"]): (p.get("key"), p.get("reason") or "quarantined")
+            for p in summary.get("partitions", []) if p["status"] == "quarantined"}
+
+
+def m_digest(views: list[PartitionView]) -> str:
+    h = hashlib.sha256()
+    for v in sorted(views, key=lambda v: (v.topic, v.partition)):
+        h.update(f"{v.topic}/{v.partition}:{v.m}\n".encode())
+    return h.hexdigest()
+
+
+# --- the tables the gate checks ----------------------------------------------------------------
+
+HISTORY_SCHEMA = pa.schema([
+    ("seq", pa.int64()), ("candidate", pa.bool_()), ("status", pa.string()), ("m", pa.int64()),
+    ("cluster_epoch", pa.int64()), ("m_high_water_before", pa.int64()), ("started_ms", pa.int64()),
+])
+STATE_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("source", pa.string()),
+    ("min_epoch_lower_bound", pa.int64()), ("previous_min_epoch_lower_bound", pa.int64()),
+    ("previous_applied_epoch", pa.int64()), ("max_applied_epoch", pa.int64()),
+])
+
+
+def history_table(tail: list[dict[str, Any]], candidate: dict[str, Any]) -> pa.Table:
+    rows = [{"seq": r["seq"], "candidate": False, "status": r["status"], "m": r.get("m"),
+             "cluster_epoch": r.get("cluster_epoch"), "m_high_water_before": r.get("m_high_water_before"),
+             "started_ms": r.get("started_ms")}
+            for r in tail if r.get("status") in PASSED]
+    rows.append({**candidate, "candidate": True, "status": "candidate"})
+    return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
+
+
+def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int]) -> pa.Table:
+    return pa.Table.from_pylist([
+        {"topic": v.topic, "partition": v.partition, "source": v.source,
+         "min_epoch_lower_bound": v.min_epoch_lower_bound,
+         "previous_min_epoch_lower_bound": previous.get((v.topic, v.partition)),
+         "previous_applied_epoch": v.previous_applied_epoch, "max_applied_epoch": v.max_applied_epoch}
+        for v in views], schema=STATE_SCHEMA)
+
+
+def partition_view_table(views: list[PartitionView], sweeps: dict[tuple[str, int], tuple[int, int]]) -> pa.Table:
+    return pa.Table.from_pylist([
+        {"topic": v.topic, "partition": v.partition, "source": v.source, "m": v.m,
+         "min_epoch_lower_bound": v.min_epoch_lower_bound, "previous_applied_epoch": v.previous_applied_epoch,
+         "max_applied_epoch": v.max_applied_epoch, "last_reconciled_offset": v.last_reconciled_offset,
+         "log_end_offset": v.log_end_offset, "lag_entries": v.lag_entries, "lag_bytes": v.lag_bytes,
+         "l1_swept_through": sweeps.get((v.topic, v.partition), (-1, -1))[0],
+         "l1_swept_log_end": sweeps.get((v.topic, v.partition), (-1, -1))[1]}
+        for v in views], schema=PARTITION_SCHEMA)
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def _holdback(h: Holdback) -> dict[str, Any]:
+    return {"topic": h.topic, "partition": h.partition, "m": h.m, "reasons": list(h.reasons)}
+
+
+@dataclass
+class Prepared:
+    """Everything a run computes before the gate: inputs, M, the L1 sweep, the tables."""
+
+    run_id: str
+    started_ms: int
+    history: GcHistory
+    last_seq: int
+    m_high_water_before: int | None
+    cluster_epoch: int
+    views: list[PartitionView]
+    decision: MDecision
+    summary_used: str | None
+    sweeps: list[gc_l1.SweepResult]
+    watermarks: dict[tuple[str, int], tuple[int, int]]
+    new_marks: dict[tuple[str, int], tuple[int, int]]
+    frames: dict[str, pa.Table]
+
+
+def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
+            on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
+            clock: Callable[[], float] = time.time) -> Prepared:
+    """Steps 1-3: read, compute M, sweep L1 (listing only), build the gate's tables."""
+    started_ms = int(clock() * 1000)
+    run_id = f"{started_ms}-{uuid.uuid4().hex[:8]}"
+    history = GcHistory(store)
+    last = history.last_seq()
+    tail = history.tail(config.history_tail, last)
+    passed = [r for r in tail if r.get("status") in PASSED]
+    hw_before = high_water(tail)
+    # The reference for lower bounds and L1 watermarks: the newest passing run's view
+    # (a dry run's view carries the watermarks it was given, unchanged).
+    ref = next((r for r in reversed(passed) if r.get("partitions_key")), None)
+
+    on_progress("read", 0, 1)
+    summary = newest_summary(store, started_ms, config.summary_max_age_s)
+    not_before = max((r["finished_ms"] for r in tail if r.get("finished_ms")), default=None)
+    c, views, summary_used = gather(store, now_ms=started_ms, summary=summary, not_before_ms=not_before)
+    on_progress("read", 1, 1)
+    decision: MDecision = compute_m(c, views, now_ms=started_ms, quarantined=quarantined_of(summary))  # type: ignore[arg-type]
+
+    previous_lb: dict[tuple[str, int], int] = {}
+    watermarks: dict[tuple[str, int], tuple[int, int]] = {}
+    if ref:
+        pt = history.read_partitions(ref["partitions_key"]).to_pylist()
+        previous_lb = {(r["topic"], r["partition"]): r["min_epoch_lower_bound"] for r in pt
+                       if r["min_epoch_lower_bound"] is not None}
+        watermarks = {(r["topic"], r["partition"]): (r["l1_swept_through"], r["l1_swept_log_end"]) for r in pt}
+
+    sweeps: list[gc_l1.SweepResult] = []
+    if config.l1_sweep:
+        # A partition under a live claim may have a reconciler writing files now: next run.
+        inputs = [gc_l1.SweepInput(v.topic, v.partition, v.last_reconciled_offset, v.log_end_offset,
+                                   *watermarks.get((v.topic, v.partition), (-1, -1)))
+                  for v in views if v.initialized and not any(h.lease_until_ms > started_ms for h in v.holders)]
+        on_progress("l1-sweep", 0, len(inputs))
+        sweeps = gc_l1.sweep(store, inputs, now_s=clock(), grace_s=config.l1_grace_s,
+                             verify_rows=config.verify_l1_rows)
+        on_progress("l1-sweep", len(inputs), len(inputs))
+    new_marks = dict(watermarks)
+    new_marks.update({(s.topic, s.partition): (s.swept_through, s.swept_log_end) for s in sweeps})
+
+    frames = {
+        "gc_history": history_table(tail, {"seq": last + 1, "m": decision.m, "cluster_epoch": c,
+                                           "m_high_water_before": hw_before, "started_ms": started_ms}),
+        "partition_state": state_table(views, previous_lb),
+        "l1_files": gc_l1.check_table(sweeps),
+    }
+    return Prepared(run_id, started_ms, history, last, hw_before, c, views, decision, summary_used, sweeps,
+                    watermarks, new_marks, frames)
+
+
+def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
+    """Run the gate, plus the plain-Python backstop; return the result and all failures."""
+    result = gate(p.frames)
+    failures = list(result.failures)
+    m, hw = p.decision.m, p.m_high_water_before
+    if result.success and m is not None and hw is not None and m < hw:
+        failures.append(f"backstop: candidate M={m} is below the highest recorded M={hw}")
+    if m is None and not failures:
+        failures.append("M is null: " + "; ".join(r for h in p.decision.held_by for r in h.reasons)[:300])
+    return result, failures
+
+
+def validate(store: ObjectStore, gate: Gate, config: GcConfig = GcConfig(), **kw: Any) -> tuple[GateResult, list[str], Prepared]:
+    """The checkpoint alone (``ctp validate``): nothing is listed for deletion, deleted
+    or recorded."""
+    p = prepare(store, config, **kw)
+    result, failures = check(p, gate)
+    return result, failures, p
+
+
+def run_gc(
+    store: ObjectStore,
+    *,
+    gate: Gate,
+    config: GcConfig = GcConfig(),
+    on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """One GC run; returns its history record. Raises :class:`GateFailed` (nothing
+    deleted) when the checkpoint fails."""
+    p = prepare(store, config, on_progress=on_progress, clock=clock)
+    decision, history = p.decision, p.history
+    base: dict[str, Any] = {
+        "run_id": p.run_id, "started_ms": p.started_ms, "dry_run": config.dry_run, "cluster_epoch": p.cluster_epoch,
+        "m": decision.m, "m_high_water_before": p.m_high_water_before, "partitions": len(p.views),
+        "partitions_from_summary": sum(1 for v in p.views if v.source == "summary"),
+        "summary_run_id": p.summary_used, "m_digest": m_digest(p.views),
+        "held_by": [_holdback(h) for h in decision.held_by[:20]], "held_by_count": len(decision.held_by),
+        "config": {"grace_s": config.grace_s, "l1_grace_s": config.l1_grace_s, "max_deletes": config.max_deletes},
+    }
+
+    def finish(status: str, extra: dict[str, Any], *, with_view: bool, marks: dict | None = None) -> dict[str, Any]:
+        def make(seq: int) -> dict[str, Any]:
+            finished_ms = int(clock() * 1000)
+            passed_now = status in PASSED and decision.m is not None
+            hw = max([x for x in (p.m_high_water_before, decision.m if passed_now else None) if x is not None],
+                     default=None)
+            rec = {**base, **extra, "status": status, "finished_ms": finished_ms,
+                   "seconds": round((finished_ms - p.started_ms) / 1000, 3), "m_high_water": hw}
+            if with_view:
+                rec["partitions_key"] = history.write_partitions(
+                    seq, partition_view_table(p.views, marks if marks is not None else p.watermarks))
+            return rec
+        return history.append(make)
+
+    on_progress("gate", 0, 1)
+    result, failures = check(p, gate)
+    on_progress("gate", 1, 1)
+    gate_info = {"gate": {"success": not failures, "statistics": result.statistics, "failures": failures,
+                          "docs": result.docs}}
+    if failures:
+        finish("gate_failed", gate_info, with_view=False)
+        raise GateFailed(failures, result.statistics, result.docs)
+
+    counters = GcCounters()
+    l1_orphans = [o for s in p.sweeps for o in s.orphans]
+    l1_info: dict[str, Any] = {
+        "l1_listed": sum(s.listed for s in p.sweeps), "l1_new_files_checked": sum(len(s.new_files) for s in p.sweeps),
+        "l1_orphans": len(l1_orphans), "l1_orphan_bytes": sum(o.size for o in l1_orphans),
+        "l1_young_skipped": sum(s.young for s in p.sweeps),
+        "l1_slow_path_partitions": sum(1 for s in p.sweeps if s.slow_path),
+        "l1_partitions_unchanged": sum(1 for s in p.sweeps if s.skipped)}
+    try:
+        on_progress("list", 0, 1)
+        todo, counters = plan_l0_deletes(store, decision.m, now_s=clock(), grace_s=config.grace_s,  # type: ignore[arg-type]
+                                         threads=config.list_threads, counters=counters)
+        on_progress("list", 1, 1)
+        limited = 0
+        if config.max_deletes is not None and len(todo) > config.max_deletes:
+            todo.sort(key=lambda o: (o.key.split("/")[2], o.key))  # lowest epochs first
+            limited = len(todo) - config.max_deletes
+            todo = todo[: config.max_deletes]
+        plan = {"would_delete": len(todo), "would_delete_bytes": sum(o.size for o in todo),
+                "skipped_max_deletes": limited}
+        if config.dry_run:
+            return finish("dry_run", {**gate_info, **_counts(counters), **plan, **l1_info}, with_view=True)
+        delete_objects(store, todo, counters=counters, in_flight=config.in_flight,
+                       on_progress=lambda d, t: on_progress("delete", d, t))
+        l1_res = delete_objects(store, l1_orphans, in_flight=config.in_flight)
+        l1_info.update(l1_orphans_deleted=l1_res.deleted, l1_orphan_bytes_deleted=l1_res.deleted_bytes,
+                       l1_delete_errors=l1_res.delete_errors)
+    except CtpError as e:
+        finish("failed", {**gate_info, **_counts(counters), **l1_info, "error": str(e)}, with_view=False)
+        raise
+    # Keys that still fail after every retry make the run "partial": M stands, the
+    # objects are listed again next run. L1 watermarks only move if every orphan went.
+    status = "partial" if counters.delete_errors or l1_res.delete_errors else "ok"
+    return finish(status, {**gate_info, **_counts(counters), **plan, **l1_info}, with_view=True,
+                  marks=p.new_marks if not l1_res.delete_errors else None)
+
+
+def _counts(c: GcCounters) -> dict[str, Any]:
+    return {"listed": c.listed, "deleted": c.deleted, "deleted_bytes": c.deleted_bytes,
+            "skipped_above_m": c.skipped_above_m, "skipped_too_young": c.skipped_too_young,
+            "list_errors": c.list_errors, "delete_errors": c.delete_errors, "delete_retries": c.delete_retries,
+            "min_epoch_seen": c.min_epoch_seen, "max_epoch_seen": c.max_epoch_seen,
+            "failed_keys": dict(list(c.failed_keys.items())[:20])}

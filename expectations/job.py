@@ -1,0 +1,65 @@
+"""The GC as one job, shared by ``ctp gc``/``ctp validate`` and the Airflow GC DAG:
+the GX gate around :func:`ctp_state.gc_run.run_gc`, then the report."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ctp_state.errors import GateFailed
+from ctp_state.gc_history import GcHistory
+from ctp_state.gc_run import GcConfig, run_gc, validate
+from ctp_state.store import ObjectStore
+from expectations.gate import GxGate
+from expectations.report import publish, write_summary_page
+
+DEFAULT_REPORT_DIR = "ctp-report"
+REPORT_RUNS = 200  # runs shown on the summary page
+
+
+def report_dir_from_env(env: dict[str, str] | os._Environ[str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return os.path.abspath(env.get("CTP_REPORT_DIR") or DEFAULT_REPORT_DIR)
+
+
+@dataclass
+class GcOutcome:
+    record: dict[str, Any] | None
+    report: str
+    docs: str | None
+    published: int = 0
+    error: GateFailed | None = None
+
+
+def write_report(store: ObjectStore, report_dir: str, gate: GxGate | None = None, *, publish_to_store: bool = False) -> tuple[str, int]:
+    records = GcHistory(store).tail(REPORT_RUNS)
+    docs = os.path.join(gate.docs_dir if gate else GxGate(report_dir).docs_dir, "index.html")
+    page = write_summary_page(report_dir, records, docs_index=docs if os.path.exists(docs) else None)
+    return page, publish(store, report_dir) if publish_to_store else 0
+
+
+def gc_job(store: ObjectStore, config: GcConfig, report_dir: str, *, publish_to_store: bool = False,
+           on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None) -> GcOutcome:
+    """Run one GC behind the GX gate and write the report. A failed gate is returned in
+    ``error`` (the report shows it) rather than raised, so callers report first."""
+    gate = GxGate(report_dir)
+    record, error = None, None
+    try:
+        record = run_gc(store, gate=gate, config=config, on_progress=on_progress)
+    except GateFailed as e:
+        error = e
+    page, n = write_report(store, report_dir, gate, publish_to_store=publish_to_store)
+    return GcOutcome(record, page, os.path.join(gate.docs_dir, "index.html"), n, error)
+
+
+def validate_job(store: ObjectStore, config: GcConfig, report_dir: str) -> tuple[bool, list[str], dict[str, Any]]:
+    """The checkpoint alone; returns (success, failures, statistics and M)."""
+    gate = GxGate(report_dir)
+    result, failures, p = validate(store, gate, config)
+    info = {"statistics": result.statistics, "m": p.decision.m, "cluster_epoch": p.cluster_epoch,
+            "partitions": len(p.views), "docs": result.docs,
+            "held_by": [{"topic": h.topic, "partition": h.partition, "m": h.m, "reasons": list(h.reasons)}
+                        for h in p.decision.held_by[:20]]}
+    return not failures, failures, info
