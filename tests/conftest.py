@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from ctp_state.store import ObjectStore, S3Settings, S3Store, open_store
+from ctp_state.store import ObjectStore, S3Settings, open_store
 
 settings.register_profile("ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100, deadline=None)

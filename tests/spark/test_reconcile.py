@@ -4,12 +4,9 @@ quarantine, and the run summary."""
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import threading
 
-import pyarrow.parquet as pq
-import pytest
 
 from ctp_state import layout
 from ctp_state import state as sm
@@ -19,48 +16,11 @@ from ctp_state.l0 import Record
 from ctp_state.l1 import SCHEMA, read_l1
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
-from ctp_state.read import committed_l1_keys, read_partition
 from ctp_state.reconcile import ReconcileConfig, build_files_locally, plan_files, run_reconcile
 from ctp_state.status import read_states, select_topics
 from ctp_state.topics import create_topic
 from spark_apps import reconcile as app
-
-
-def produce_rounds(store, topic="t", partitions=3, rounds=3, per=50, advance=True) -> dict[int, list[Record]]:
-    """Produce `rounds` flushes (advancing C before each); return what was accepted."""
-    create_topic(store, topic, partitions, exist_ok=True)
-    sent: dict[int, list[Record]] = {p: [] for p in range(partitions)}
-    ce = ClusterEpoch(store)
-    with Producer(store, epoch_ttl_s=0) as prod:
-        for r in range(rounds):
-            if advance:
-                ce.advance()
-            chunks = []
-            for p in range(partitions):
-                recs = [Record(f"{topic}-{r}-{p}-{i}".encode() + bytes([i % 256]), f"k{i}".encode(), 1000 + i,
-                               (("round", str(r).encode()),)) for i in range(per)]
-                chunks.append(((topic, p), recs))
-            for v, (_, recs) in zip(prod.write(chunks), chunks):
-                assert v.accepted, v.error
-                sent[v.partition].extend(recs)
-    return sent
-
-
-def assert_exactly_once(store, topic: str, sent: dict[int, list[Record]], *, all_in_l1: bool = True) -> None:
-    """I2: every accepted record is readable exactly once, at its offset, byte-identical."""
-    for p, records in sent.items():
-        table = read_partition(store, topic, p)
-        rows = table.to_pylist()
-        assert [r["offset"] for r in rows] == list(range(len(records)))  # contiguous, no duplicates
-        for row, rec in zip(rows, records):
-            assert (row["value"], row["key"]) == (rec.value, rec.key)
-            assert round(row["timestamp"].timestamp() * 1000) == rec.timestamp_ms
-            assert [(h["key"], h["value"]) for h in row["headers"]] == list(rec.headers)
-        if all_in_l1:
-            keys, state = committed_l1_keys(PartitionLog(store, topic, p))
-            assert not state.pending
-            in_l1 = sum(pq.read_metadata(io.BytesIO(store.get(k))).num_rows for k in keys)
-            assert in_l1 == len(records)
+from tests.support import assert_exactly_once, produce_rounds
 
 
 def spark_args(store, **kw) -> argparse.Namespace:
@@ -74,7 +34,7 @@ def spark_args(store, **kw) -> argparse.Namespace:
 
 
 def pending(sizes: list[int]) -> sm.PartitionState:
-    s = sm.PartitionState("t", 0)
+    sm.PartitionState("t", 0)
     ps, base = [], 0
     for i, n in enumerate(sizes):
         ps.append(sm.Pending(i + 1, 1, f"l0/{i}", 8, n, 10, 0, base))

@@ -1,0 +1,248 @@
+"""Whole GC runs behind the real Great Expectations gate, on both backends: M, what is
+deleted and what is kept, the history, the gate stopping a run before any delete,
+stale inputs, orphans, failing deletes, and the offline report."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from ctp_state import layout
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import CorruptData, GateFailed
+from ctp_state.gc_history import GcHistory, partitions_key
+from ctp_state.gc_run import GcConfig, run_gc
+from ctp_state.l0 import Record
+from ctp_state.log import PartitionLog
+from ctp_state.producer import Producer
+from ctp_state.read import committed_l1_keys, read_partition
+from ctp_state.reconcile import run_reconcile
+from ctp_state.store import ObjectStore
+from ctp_state.topics import create_topic
+from expectations.gate import GxGate
+from expectations.job import gc_job
+from tests.core.test_gc import FlakyStore
+from tests.support import assert_exactly_once, produce_rounds
+
+
+@pytest.fixture
+def gate(tmp_path) -> GxGate:
+    return GxGate(str(tmp_path / "report"))
+
+
+def l0_keys(store: ObjectStore) -> dict[str, int]:
+    return {o.key: layout.parse_l0_key(o.key)[1] for o in store.list(layout.L0_ROOT)}
+
+
+def reconciled(store: ObjectStore, rounds: int = 3, topic: str = "t", partitions: int = 3):
+    """Produce ``rounds`` flushes, reconcile, advance C twice and reconcile again, so
+    every partition's lower bound moves up (R6) and L0 garbage exists."""
+    sent = produce_rounds(store, topic=topic, partitions=partitions, rounds=rounds, per=20)
+    run_reconcile(store)
+    ce = ClusterEpoch(store)
+    ce.advance()
+    ce.advance()
+    run_reconcile(store)
+    return sent
+
+
+def test_m_with_no_partitions_is_c_minus_1_and_is_recorded(store, gate):
+    for _ in range(3):
+        ClusterEpoch(store).advance()
+    rec = run_gc(store, gate=gate)
+    assert (rec["status"], rec["m"], rec["cluster_epoch"], rec["partitions"]) == ("ok", 3, 4, 0)
+    assert rec["gate"]["success"] and rec["gate"]["statistics"]["unsuccessful"] == 0
+    assert GcHistory(store).get(0) == rec
+
+
+def test_dry_run_then_gc_deletes_exactly_the_l0_objects_at_or_below_m(store, gate):
+    sent = reconciled(store)
+    with Producer(store, epoch_ttl_s=0) as prod:  # live data above M: written after the last reconcile
+        live = prod.write([(("t", 0), [Record(b"not reconciled yet")])])[0]
+    sent[0].append(Record(b"not reconciled yet"))
+    before = l0_keys(store)
+
+    dry = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    m = dry["m"]
+    garbage = {k for k, e in before.items() if e <= m}
+    assert garbage and live.l0_key not in garbage
+    assert dry["status"] == "dry_run" and dry["would_delete"] == len(garbage) and dry["deleted"] == 0
+    assert l0_keys(store) == before  # nothing deleted
+
+    rec = run_gc(store, gate=gate)
+    assert rec["m"] == m and rec["deleted"] == len(garbage)
+    assert rec["deleted_bytes"] == dry["would_delete_bytes"] > 0
+    assert set(l0_keys(store)) == set(before) - garbage
+    assert_exactly_once(store, "t", sent, all_in_l1=False)  # I1: nothing a reader needs is gone
+    assert [r["status"] for r in GcHistory(store).tail(10)] == ["dry_run", "ok"]
+
+
+def test_an_m_decrease_stops_the_gc_before_any_delete(store, gate):
+    reconciled(store)
+    first = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    # A history that says M was higher than it can be now: a state restored from an
+    # older backup, or a bug. The candidate M would decrease.
+    GcHistory(store).append(lambda seq: {**first, "seq": seq, "status": "ok", "m": first["m"] + 5,
+                                         "m_high_water": first["m"] + 5, "partitions_key": first["partitions_key"]})
+    before = l0_keys(store)
+    with pytest.raises(GateFailed) as err:
+        run_gc(store, gate=gate)
+    assert l0_keys(store) == before
+    text = " ".join(err.value.failures)
+    assert "expect_column_values_to_be_increasing(column=m" in text
+    assert "m_high_water_before" in text
+    assert str(err.value).startswith("GC gate failed, nothing deleted:")
+    last = GcHistory(store).tail(1)[0]
+    assert last["status"] == "gate_failed" and last["gate"]["failures"] == err.value.failures
+
+
+def test_a_lower_bound_decrease_fails_the_partition_state_suite(store, gate):
+    reconciled(store)
+    first = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    h = GcHistory(store)
+    view = h.read_partitions(first["partitions_key"])
+    raised = view.set_column(view.schema.get_field_index("min_epoch_lower_bound"), "min_epoch_lower_bound",
+                             [[v + 10 for v in view.column("min_epoch_lower_bound").to_pylist()]])
+    h.append(lambda seq: {**first, "seq": seq, "partitions_key": h.write_partitions(seq, raised)})
+    before = l0_keys(store)
+    with pytest.raises(GateFailed, match="partition_state"):
+        run_gc(store, gate=gate)
+    assert l0_keys(store) == before
+
+
+def test_a_damaged_l1_file_fails_the_l1_suite(store, gate):
+    reconciled(store)
+    key = committed_l1_keys(PartitionLog(store, "t", 1))[0][0]
+    import io
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(io.BytesIO(store.get(key)))
+    buf = io.BytesIO()
+    pq.write_table(table.slice(0, table.num_rows - 1), buf)  # one offset lost
+    store.put(key, buf.getvalue())
+    before = l0_keys(store)
+    with pytest.raises(GateFailed, match=r"l1_files: expect_column_pair_values_to_be_equal\(column_A=rows, column_B=span"):
+        run_gc(store, gate=gate)
+    assert l0_keys(store) == before
+
+
+def test_a_partition_created_while_the_gc_runs_keeps_its_data(store, gate):
+    reconciled(store)
+
+    class CreatingStore(FlakyStore):
+        fired = False
+
+        def list(self, prefix="", start_after=None):
+            listed = list(self.inner.list(prefix, start_after))
+            if prefix == "meta/topics/" and not CreatingStore.fired:
+                # After C was read and the topics were listed: this GC never sees it.
+                CreatingStore.fired = True
+                create_topic(self.inner, "late", 2)
+                with Producer(self.inner, epoch_ttl_s=0) as prod:
+                    assert prod.write([(("late", 1), [Record(b"keep me")])])[0].accepted
+            return iter(listed)
+
+    rec = run_gc(CreatingStore(store), gate=gate)
+    assert CreatingStore.fired and rec["m"] < rec["cluster_epoch"]
+    assert [r["value"] for r in read_partition(store, "late", 1).to_pylist()] == [b"keep me"]
+    rec2 = run_gc(store, gate=gate)  # and the next run sees it, with M still monotonic
+    assert rec2["partitions"] == rec["partitions"] + 2 and rec2["m"] >= rec["m"]
+    assert [r["value"] for r in read_partition(store, "late", 1).to_pylist()] == [b"keep me"]
+
+
+def test_fresh_reconcile_summaries_are_used_and_stale_ones_are_not(store, gate):
+    produce_rounds(store, partitions=4, rounds=2, per=5)
+    run_reconcile(store)
+    rec = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    assert rec["partitions_from_summary"] == 4 and rec["summary_run_id"]
+    # That summary started before this GC finished: its values may be older than what
+    # the GC saw, so the next run reads the logs instead.
+    rec2 = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    assert rec2["partitions_from_summary"] == 0 and rec2["m_digest"] == rec["m_digest"]
+    nosum = run_gc(store, gate=gate, config=GcConfig(dry_run=True, summary_max_age_s=0))
+    assert nosum["partitions_from_summary"] == 0
+
+
+def test_l1_orphans_of_a_crashed_reconciler_are_collected_after_the_grace(store, gate):
+    sent = produce_rounds(store, partitions=1, rounds=2, per=10)
+    run_reconcile(store)
+    (committed,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
+    superseded = layout.l1_key("t", 0, 0, 9)  # a crashed run's smaller file over the same offsets
+    beyond = layout.l1_key("t", 0, 20, 29)  # a file past the last reconciled offset
+    store.put(superseded, store.get(committed))
+    store.put(beyond, store.get(committed))
+    young = run_gc(store, gate=gate)  # default grace: 1 h
+    assert young["l1_orphans"] == 0 and young["l1_young_skipped"] == 1
+    rec = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    assert rec["l1_orphans_deleted"] == 1 and rec["l1_slow_path_partitions"] == 1
+    assert store.head(superseded) is None
+    assert store.head(beyond) is not None  # a live writer could still commit it
+    assert store.head(committed) is not None
+    assert_exactly_once(store, "t", sent)
+    again = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    assert again["l1_partitions_unchanged"] == 1 and again["l1_listed"] == 0  # nothing new: no listing
+
+
+def test_unparseable_l0_keys_stop_the_run_and_are_recorded(store, gate):
+    reconciled(store)
+    store.put("l0/005/not-an-epoch/x.l0", b"?")
+    before = l0_keys_safe = {o.key for o in store.list(layout.L0_ROOT)}
+    with pytest.raises(CorruptData, match="l0/005/not-an-epoch/x.l0"):
+        run_gc(store, gate=gate)
+    assert {o.key for o in store.list(layout.L0_ROOT)} == before == l0_keys_safe
+    assert GcHistory(store).tail(1)[0]["status"] == "failed"
+
+
+def test_throttled_and_failing_deletes_make_a_partial_run_that_the_next_run_finishes(store, gate):
+    reconciled(store, rounds=4)
+    garbage = sorted(l0_keys(store))[:2]
+    flaky = FlakyStore(store, throttle=1, broken=frozenset(garbage[:1]))
+    rec = run_gc(flaky, gate=gate)
+    assert rec["status"] == "partial" and rec["delete_errors"] == 1 and list(rec["failed_keys"]) == garbage[:1]
+    assert rec["delete_retries"] > 0 and store.head(garbage[0]) is not None
+    rec2 = run_gc(store, gate=gate)
+    assert rec2["status"] == "ok" and rec2["deleted"] == 1 and store.head(garbage[0]) is None
+
+
+def test_max_deletes_takes_the_lowest_epochs_first(store, gate):
+    reconciled(store, rounds=4)
+    keys = sorted(l0_keys(store).items(), key=lambda kv: (kv[1], kv[0]))
+    rec = run_gc(store, gate=gate, config=GcConfig(max_deletes=2))
+    assert rec["deleted"] == 2 and rec["skipped_max_deletes"] > 0
+    assert all(store.head(k) is None for k, _ in keys[:2])
+
+
+def test_the_report_reads_offline(store, tmp_path):
+    reconciled(store)
+    out = gc_job(store, GcConfig(), str(tmp_path / "report"))
+    assert out.error is None and out.record["status"] == "ok"
+    page = open(out.report, encoding="utf-8").read()
+    assert f"M = {out.record['m']}" in page and "<svg" in page
+    pages = [os.path.join(d, n) for d, _, ns in os.walk(tmp_path / "report") for n in ns if n.endswith(".html")]
+    assert len(pages) >= 5  # summary + Data Docs index + 3 validation results + suites
+    remote = re.compile(r"<(?:link|script|img)\b[^>]*(?:src|href)=\"(?:https?:)?//", re.I)
+    for p in pages:
+        assert not remote.search(open(p, encoding="utf-8").read()), p
+    assert os.path.exists(out.docs)
+    # published into the store on request, same layout
+    out2 = gc_job(store, GcConfig(dry_run=True), str(tmp_path / "report"), publish_to_store=True)
+    assert out2.published >= len(pages) and b"ctp GC report" in store.get("reports/gc/index.html")
+
+
+def test_history_records_are_append_only_and_versioned(store, gate):
+    run_gc(store, gate=gate)
+    run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    h = GcHistory(store)
+    assert h.last_seq() == 1 and [r["seq"] for r in h.records()] == [0, 1]
+    assert store.head(partitions_key(1)) is not None
+    from ctp_state.errors import KeyExists
+
+    with pytest.raises(KeyExists):
+        store.put_if_absent("gc/history/00000000000000000001.json", b"{}")
+    store.put("gc/history/00000000000000000002.json", json.dumps({"v": 99}).encode())
+    with pytest.raises(CorruptData, match="version 99 is not supported"):
+        list(h.records())
