@@ -485,9 +485,10 @@ def validate_cmd(store: ObjectStore, as_json: bool, grace_seconds: float, l1_gra
 @click.option("--master", default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[2]"), show_default="local[2]",
               help="Spark master for the reconcile step.")
 @click.option("--no-reconcile", is_flag=True, help="Skip the Spark reconcile step.")
+@click.option("--no-gc", is_flag=True, help="Skip the GC step.")
 @command
 def demo(store: ObjectStore, as_json: bool, topic_name: str, partitions: int, rounds: int, records: int,
-         master: str, no_reconcile: bool) -> None:
+         master: str, no_reconcile: bool, no_gc: bool) -> None:
     """Run the end-to-end flow on this store and print what happened."""
     from ctp_state.demo import run_demo
 
@@ -504,8 +505,17 @@ def demo(store: ObjectStore, as_json: bool, topic_name: str, partitions: int, ro
         finally:
             spark.stop()
 
+    def gc(dry_run: bool) -> dict:
+        from ctp_state.gc_run import GcConfig
+        from expectations.job import gc_job, report_dir_from_env
+
+        out = gc_job(store, GcConfig(dry_run=dry_run), report_dir_from_env())
+        if out.error is not None:
+            raise out.error
+        return {**(out.record or {}), "report": out.report}
+
     summary = run_demo(store, topic=topic_name, partitions=partitions, rounds=rounds, records_per_round=records,
-                       say=say, reconcile=None if no_reconcile else reconcile)
+                       say=say, reconcile=None if no_reconcile else reconcile, gc=None if no_gc else gc)
     if as_json:
         emit(True, summary)
     else:

@@ -1,9 +1,9 @@
 """The end-to-end flow that ``ctp demo`` (and the README's first command) runs.
 
-Today: a topic, epochs advancing while producers write, a producer with a stale
-cached epoch being told it was rejected, the Spark reconciler lifting everything into
-L1 (when given one), a check that every record reads back exactly once, and the safe
-epoch M the GC will use. Later stages (GC, report) add themselves here.
+A topic, epochs advancing while producers write, a producer with a stale cached epoch
+being told it was rejected, the Spark reconciler lifting everything into L1 (when given
+one), a check that every record reads back exactly once, then the GC behind its Great
+Expectations gate (a dry run, then the real one), the read-back again, and the report.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def run_demo(
     say: Callable[[str], None] = print,
     seed: int = 7,
     reconcile: Callable[[], dict[str, Any]] | None = None,
+    gc: Callable[[bool], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     epochs = ClusterEpoch(store)
@@ -76,6 +77,24 @@ def run_demo(
             + ("every record exactly once" if total == expected else "MISMATCH"))
         if total != expected:
             raise RuntimeError(f"read back {total} records, the logs hold {expected}")
+    collected: dict[str, Any] | None = None
+    if gc is not None:
+        dry = gc(True)
+        say(f"GC dry run: M = {dry['m']} (C = {dry['cluster_epoch']}); would delete {dry['would_delete']} L0 "
+            f"objects ({dry['would_delete_bytes']} bytes); Great Expectations gate: "
+            f"{dry['gate']['statistics'].get('successful')}/{dry['gate']['statistics'].get('evaluated')} passed")
+        collected = gc(False)
+        say(f"GC: deleted {collected['deleted']} L0 objects ({collected['deleted_bytes']} bytes) at or below "
+            f"M = {collected['m']}; {collected['l1_orphans_deleted']} L1 orphans")
+        if reconcile is not None:
+            from ctp_state.read import read_partition
+
+            total = sum(read_partition(store, t.name, p).num_rows for p in range(t.partitions))
+            expected = sum(s.next_offset for s in read_states(store, [t]))
+            say(f"after the GC, read back {total} records (expected {expected})")
+            if total != expected:
+                raise RuntimeError(f"after the GC, read back {total} records, the logs hold {expected}")
+        say(f"report: {collected['report']}")
     states = [describe(s) for s in read_states(store, [t])]
     c = epochs.current()
     m = min([c - 1] + [s["m"] for s in states])
@@ -87,6 +106,8 @@ def run_demo(
         "stale_write_rejected": not verdict.accepted,
         "reconcile": None if reconciled is None else {k: v for k, v in reconciled.items() if k != "partitions"},
         "m_if_gc_ran_now": m,
+        "gc": None if collected is None else {k: collected[k] for k in (
+            "m", "cluster_epoch", "deleted", "deleted_bytes", "l1_orphans_deleted", "report", "status")},
         "lag_records": sum(s["lag_records"] for s in states),
         "seconds": round(time.monotonic() - started, 2),
         "partitions": states,

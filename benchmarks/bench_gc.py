@@ -1,0 +1,225 @@
+"""GC benchmarks, printed as JSON with side-by-side ratios.
+
+    python benchmarks/bench_gc.py [--live 1000,10000,100000] [--garbage 1000]
+                                  [--partitions 1000,10000] [--delete-objects 5000] [--s3]
+
+- growth: GC wall time with a fixed amount of L0 garbage while the live L0 objects (above
+  M) grow, next to a delta-rs vacuum in full mode (``full=True``: it lists the whole
+  table, as any GC that also collects orphans must) over a Delta table holding the same
+  numbers of live and removed files of the same size, on the same filesystem. ctp's GC
+  is timed twice: the L0 list+delete alone, and the whole ``run_gc`` with the Great
+  Expectations gate (a constant ~1 s).
+- delete: ctp's deleter (batches of 1000, 4 in flight, retries) against the store's raw
+  batched delete (1000-key requests one after another) on the same objects; local
+  filesystem, and S3 through a moto server with ``--s3``.
+- m: computing M (C, every partition's state, R4/R7) at 1k and 10k partitions, from the
+  state logs and from a reconcile summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from ctp_state import layout  # noqa: E402
+from ctp_state.epoch import ClusterEpoch  # noqa: E402
+from ctp_state.gc import compute_m, delete_objects, plan_l0_deletes  # noqa: E402
+from ctp_state.gc_run import GcConfig, gather, run_gc  # noqa: E402
+from ctp_state.reconcile import state_fields  # noqa: E402
+from ctp_state.status import read_states, select_topics  # noqa: E402
+from ctp_state.store import LocalStore, ObjectStore, open_store  # noqa: E402
+from ctp_state.topics import create_topic  # noqa: E402
+
+SPREAD = 100
+SIZE = 256  # bytes per object/file: the cost under test is listing and deleting, not bytes
+
+
+def _fill(store: ObjectStore, keys: list[str], threads: int = 16) -> None:
+    blob = b"x" * SIZE
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda k: store.put(k, blob), keys, chunksize=256))
+
+
+def _l0_keys(n: int, epoch_of, tag: str) -> list[str]:
+    return [layout.l0_key(i % SPREAD, epoch_of(i), f"{tag}{i}") for i in range(n)]
+
+
+def ctp_growth(root: str, live: int, garbage: int) -> dict:
+    store = LocalStore(root, fsync=False)
+    ce = ClusterEpoch(store)
+    for _ in range(10):
+        ce.advance()  # C = 11, no partitions: M = 10
+    _fill(store, _l0_keys(garbage, lambda i: 1 + i % 10, "g"))
+    _fill(store, _l0_keys(live, lambda i: 11, "l"))
+    t0 = time.perf_counter()
+    todo, c = plan_l0_deletes(store, 10, now_s=time.time())
+    delete_objects(store, todo, counters=c)
+    core = time.perf_counter() - t0
+    assert c.deleted == garbage, c
+    # the whole run with the gate, on a second batch of the same garbage
+    _fill(store, _l0_keys(garbage, lambda i: 1 + i % 10, "h"))
+    from expectations.gate import GxGate
+
+    t0 = time.perf_counter()
+    rec = run_gc(store, gate=GxGate(os.path.join(root, "..", "report")), config=GcConfig())
+    full = time.perf_counter() - t0
+    assert rec["deleted"] == garbage, rec
+    return {"l0_gc_s": round(core, 4), "run_gc_with_gate_s": round(full, 3), "listed": c.listed}
+
+
+def delta_growth(root: str, live: int, garbage: int) -> dict:
+    from deltalake import DeltaTable
+
+    os.makedirs(os.path.join(root, "_delta_log"))
+    now_ms = int(time.time() * 1000)
+    old_ms = now_ms - 30 * 24 * 3600 * 1000
+    names = [f"part-{i:07d}-{uuid.uuid4().hex[:8]}.parquet" for i in range(live + garbage)]
+    blob = b"x" * SIZE
+
+    def write(name: str) -> None:
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(blob)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(write, names, chunksize=256))
+    schema = json.dumps({"type": "struct", "fields": [{"name": "x", "type": "long", "nullable": True, "metadata": {}}]})
+    v0 = [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+          {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+                        "schemaString": schema, "partitionColumns": [], "configuration": {}, "createdTime": old_ms}}]
+    v0 += [{"add": {"path": n, "partitionValues": {}, "size": SIZE, "modificationTime": old_ms, "dataChange": True}}
+           for n in names]
+    v1 = [{"remove": {"path": n, "deletionTimestamp": old_ms, "dataChange": True, "size": SIZE}}
+          for n in names[live:]]
+    for version, actions in ((0, v0), (1, v1)):
+        with open(os.path.join(root, "_delta_log", f"{version:020d}.json"), "w") as f:
+            f.write("\n".join(json.dumps(a) for a in actions) + "\n")
+    os.utime(root, None)
+    t0 = time.perf_counter()
+    dt = DeltaTable(root)
+    removed = dt.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
+    took = time.perf_counter() - t0
+    assert len(removed) == garbage, len(removed)
+    return {"vacuum_full_s": round(took, 4)}
+
+
+def bench_growth(lives: list[int], garbage: int) -> list[dict]:
+    out = []
+    for live in lives:
+        base = tempfile.mkdtemp(prefix="ctp-bench-gc-")
+        try:
+            ours = ctp_growth(os.path.join(base, "store"), live, garbage)
+            delta = delta_growth(os.path.join(base, "delta"), live, garbage)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        row = {"live": live, "garbage": garbage, **ours, **delta,
+               "ratio_vacuum_over_ctp_l0": round(delta["vacuum_full_s"] / ours["l0_gc_s"], 2)}
+        print(json.dumps({"growth": row}), file=sys.stderr)
+        out.append(row)
+    first = out[0]
+    for row in out:
+        row["ctp_l0_vs_smallest"] = round(row["l0_gc_s"] / first["l0_gc_s"], 2)
+        row["vacuum_vs_smallest"] = round(row["vacuum_full_s"] / first["vacuum_full_s"], 2)
+    return out
+
+
+def bench_delete(store_of, n: int, label: str) -> dict:
+    res = {}
+    for mode in ("raw", "ctp"):
+        store = store_of()
+        keys = [layout.l0_key(i % SPREAD, 1, f"d{i}") for i in range(n)]
+        _fill(store, keys)
+        t0 = time.perf_counter()
+        if mode == "raw":
+            deleted = 0
+            for i in range(0, n, 1000):
+                deleted += len(store._delete_batch(keys[i:i + 1000]).deleted)
+        else:
+            todo, c = plan_l0_deletes(store, 1, now_s=time.time())
+            t0 = time.perf_counter()  # the deleter alone, as the raw loop is
+            deleted = delete_objects(store, todo, counters=c).deleted
+        took = time.perf_counter() - t0
+        assert deleted == n, (mode, deleted)
+        res[f"{mode}_objects_per_s"] = round(n / took)
+    res["ratio_ctp_over_raw"] = round(res["ctp_objects_per_s"] / res["raw_objects_per_s"], 2)
+    return {"store": label, "objects": n, **res}
+
+
+def bench_m(counts: list[int]) -> list[dict]:
+    out = []
+    for n in counts:
+        base = tempfile.mkdtemp(prefix="ctp-bench-m-")
+        try:
+            store = LocalStore(os.path.join(base, "store"), fsync=False)
+            per_topic = 1000
+            for t in range(n // per_topic):
+                create_topic(store, f"t{t}", per_topic)
+            c = ClusterEpoch(store).current()
+            states = read_states(store, select_topics(store))
+            parts = [{"topic": s.topic, "partition": s.partition, "status": "idle", "state": state_fields(s)}
+                     for s in states]
+            now_ms = int(time.time() * 1000)
+            summary = {"run_id": "bench", "started_ms": now_ms, "partitions": parts}
+
+            t0 = time.perf_counter()
+            c, views, _ = gather(store, now_ms=now_ms, summary=None, not_before_ms=None)
+            d = compute_m(c, views, now_ms=now_ms)  # type: ignore[arg-type]
+            from_logs = time.perf_counter() - t0
+            store.put("runs/reconcile/bench.json", json.dumps(summary).encode())
+            t0 = time.perf_counter()
+            raw = json.loads(store.get("runs/reconcile/bench.json"))
+            c2, views2, used = gather(store, now_ms=now_ms, summary=raw, not_before_ms=None)
+            d2 = compute_m(c2, views2, now_ms=now_ms)  # type: ignore[arg-type]
+            from_summary = time.perf_counter() - t0
+            assert used == "bench" and d.m == d2.m and len(views2) == n
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        row = {"partitions": n, "m_from_logs_s": round(from_logs, 3), "m_from_summary_s": round(from_summary, 3),
+               "ratio_summary_over_logs": round(from_summary / from_logs, 3)}
+        print(json.dumps({"m": row}), file=sys.stderr)
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--live", default="1000,10000,100000")
+    ap.add_argument("--garbage", type=int, default=1000)
+    ap.add_argument("--partitions", default="1000,10000")
+    ap.add_argument("--delete-objects", type=int, default=5000)
+    ap.add_argument("--s3", action="store_true", help="also measure deletes on S3 through a moto server")
+    args = ap.parse_args()
+    os.environ.setdefault("CTP_FSYNC", "0")
+    result: dict = {"machine": {"cpus": os.cpu_count()}}
+    result["growth"] = bench_growth([int(x) for x in args.live.split(",")], args.garbage)
+    base = tempfile.mkdtemp(prefix="ctp-bench-del-")
+    try:
+        result["delete"] = [bench_delete(lambda: LocalStore(os.path.join(base, uuid.uuid4().hex), fsync=False),
+                                         args.delete_objects, "file")]
+        if args.s3:
+            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+            from tests.conftest import MotoServer
+
+            server = MotoServer()
+            try:
+                result["delete"].append(bench_delete(
+                    lambda: open_store(f"s3://{server.new_bucket()}/bench", server.env),
+                    min(args.delete_objects, 3000), "s3 (moto server)"))
+            finally:
+                server.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    result["m"] = bench_m([int(x) for x in args.partitions.split(",")])
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
