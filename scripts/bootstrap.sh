@@ -44,7 +44,7 @@ fi
 log "creating $venv with $("$python" --version) (a few minutes the first time)"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$repo[test]"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$repo[test,bench]"
 # The Spark provider depends on pyspark-client, whose files overwrite pyspark's own
 # Python files (pyspark.__version__ then says 4.2.0 beside 4.3.0 jars). Put pyspark
 # back. Never uninstall pyspark-client: that deletes the shared files.
