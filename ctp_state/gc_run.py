@@ -60,6 +60,7 @@ class GcConfig:
     history_tail: int = 50
     verify_l1_rows: bool = True  # read the offset column of each new L1 file
     l1_sweep: bool = True
+    sweep_topics: tuple[str, ...] | None = None  # L1 sweep only these topics (M is always cluster-wide)
 
     def __post_init__(self) -> None:
         if self.grace_s < 0 or self.l1_grace_s < 0:
@@ -276,7 +277,8 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
         # A partition under a live claim may have a reconciler writing files now: next run.
         inputs = [gc_l1.SweepInput(v.topic, v.partition, v.last_reconciled_offset, v.log_end_offset,
                                    *watermarks.get((v.topic, v.partition), (-1, -1)))
-                  for v in views if v.initialized and not any(h.lease_until_ms > started_ms for h in v.holders)]
+                  for v in views if v.initialized and not any(h.lease_until_ms > started_ms for h in v.holders)
+                  and (not config.sweep_topics or v.topic in config.sweep_topics)]
         on_progress("l1-sweep", 0, len(inputs))
         sweeps = gc_l1.sweep(store, inputs, now_s=clock(), grace_s=config.l1_grace_s,
                              verify_rows=config.verify_l1_rows)

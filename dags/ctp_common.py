@@ -1,0 +1,92 @@
+"""Shared wiring for the ctp DAGs: the Assets, and configuration resolved at run time.
+
+Nothing here reads a connection or a Variable when a DAG file is parsed: the DAG
+processor parses files every few seconds, and a parse-time lookup would hit the
+metadata DB (or a secrets backend) each time. ``resolve()`` is called inside tasks.
+
+Configuration, first match wins:
+
+- store URL: Variable ``ctp_store``, else ``$CTP_STORE``, else a local store under
+  ``$AIRFLOW_HOME/ctp/store``;
+- S3 endpoint and credentials: connection ``ctp_s3`` (type aws: login = access key,
+  password = secret key, extra ``{"endpoint_url": ..., "region_name": ...}``), else the
+  environment (``CTP_S3_ENDPOINT_URL``, ``AWS_*``), else boto3's own sources;
+- report directory: Variable ``ctp_report_dir``, else ``$CTP_REPORT_DIR``, else
+  ``$AIRFLOW_HOME/ctp/report``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from airflow.sdk import Asset
+
+#: Updated by the epoch DAG after every advance; the reconcile DAG runs on it.
+EPOCH_ASSET = Asset("ctp://cluster/epoch", group="ctp")
+#: Updated by the reconcile DAG after every successful run; the GC DAG runs on it.
+RECONCILE_ASSET = Asset("ctp://reconcile/summary", group="ctp")
+#: Updated by the GC DAG after every run that passed the gate.
+GC_ASSET = Asset("ctp://gc/history", group="ctp")
+
+S3_CONN_ID = "ctp_s3"
+SPARK_CONN_ID = "spark_default"
+OWNER = "ctp"
+
+
+@dataclass(frozen=True)
+class CtpConfig:
+    store: str
+    report_dir: str
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # S3 settings; may hold secrets
+
+
+def _home() -> str:
+    return os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+
+
+def _variable(name: str) -> str | None:
+    from airflow.sdk import Variable
+
+    try:
+        return Variable.get(name, default=None)
+    except Exception:  # noqa: BLE001 - no Variable backend reachable: fall back to the environment
+        return None
+
+
+def _s3_env() -> dict[str, str]:
+    from airflow.sdk import BaseHook
+
+    try:
+        conn = BaseHook.get_connection(S3_CONN_ID)
+    except Exception:  # noqa: BLE001 - the connection is optional
+        return {}
+    extra = conn.extra_dejson or {}
+    env = {}
+    if extra.get("endpoint_url"):
+        env["CTP_S3_ENDPOINT_URL"] = str(extra["endpoint_url"])
+    if extra.get("region_name"):
+        env["AWS_DEFAULT_REGION"] = str(extra["region_name"])
+    if conn.login:
+        env["AWS_ACCESS_KEY_ID"] = conn.login
+    if conn.password:
+        env["AWS_SECRET_ACCESS_KEY"] = conn.password
+    return env
+
+
+def resolve() -> CtpConfig:
+    """The store, the report directory and S3 settings, resolved now (inside a task)."""
+    store = _variable("ctp_store") or os.environ.get("CTP_STORE") or "file://" + os.path.join(_home(), "ctp", "store")
+    report = _variable("ctp_report_dir") or os.environ.get("CTP_REPORT_DIR") or os.path.join(_home(), "ctp", "report")
+    return CtpConfig(store, report, _s3_env())
+
+
+def open_store(cfg: CtpConfig):
+    from ctp_state.store import open_store as _open
+
+    return _open(cfg.store, {**os.environ, **cfg.env})
+
+
+def repo_path(*parts: str) -> str:
+    """A path inside the ctp checkout (the DAG folder is ``<repo>/dags``)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *parts)

@@ -1,0 +1,132 @@
+"""
+### ctp: garbage-collect L0 behind the Great Expectations gate
+
+Runs after every successful reconcile (the `ctp://reconcile/summary` Asset) or from the
+trigger form. Tasks:
+
+1. **gate** — reads the cluster epoch C, then every partition; computes the safe epoch
+   **M = min(C − 1, min M(p))**; runs the Great Expectations checkpoint `ctp_gc_gate`:
+   M non-null, never decreasing over the GC history and below C; every partition's
+   lower bound never below the last run's, previous_applied ≤ max_applied, lower bound
+   ≤ previous_applied; newly committed L1 files with unique, contiguous offsets.
+   **If it fails, the DAG stops here and nothing is deleted**; the log lists each failed
+   expectation. It does not retry: a failed invariant needs a person.
+2. **collect** — runs the GC: the same checkpoint again immediately before deleting
+   (the guard that protects the deletes), then deletes every L0 object with epoch ≤ M
+   and uncommitted L1 files past their grace, and appends the run to the GC history
+   (`gc/history/` in the store). With `dry_run` it only counts what it would delete.
+3. **report** — writes the operator report (`index.html`: M over time, what holds M
+   back, deletes and failures per run) next to the Data Docs, readable offline, in the
+   report directory (Variable `ctp_report_dir`, `$CTP_REPORT_DIR`, or
+   `$AIRFLOW_HOME/ctp/report`); with `publish_report` also into the store under
+   `reports/gc/`.
+
+**M not moving?** The report's "What holds M back" table names the partitions at M and
+why (reconciler lag, a quarantined chunk, a stuck claim, idle). `max_active_runs=1`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import Param, dag, task
+
+from ctp_common import GC_ASSET, OWNER, RECONCILE_ASSET, open_store, resolve
+
+
+def _config(params):
+    from ctp_state.gc_run import GcConfig
+
+    return GcConfig(dry_run=bool(params["dry_run"]), grace_s=float(params["grace_seconds"]),
+                    l1_grace_s=float(params["l1_grace_seconds"]),
+                    max_deletes=params["max_deletes"] or None,
+                    sweep_topics=tuple(params["topics"]) or None)
+
+
+@dag(
+    dag_id="ctp_gc",
+    schedule=[RECONCILE_ASSET],
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["ctp", "gc", "great_expectations"],
+    doc_md=__doc__,
+    params={
+        "dry_run": Param(False, type="boolean", description="Compute M and what would be deleted; delete nothing."),
+        "topics": Param([], type="array", items={"type": "string"},
+                        description="Sweep L1 orphans only in these topics (M is always cluster-wide)."),
+        "max_deletes": Param(0, type="integer", minimum=0,
+                             description="Delete at most this many L0 objects, lowest epochs first (0: no limit)."),
+        "grace_seconds": Param(0, type="number", minimum=0, description="Leave L0 objects younger than this."),
+        "l1_grace_seconds": Param(3600, type="number", minimum=0,
+                                  description="Leave uncommitted L1 files younger than this."),
+        "publish_report": Param(False, type="boolean", description="Also copy the report into the store."),
+    },
+    default_args={"owner": OWNER, "retries": 1, "retry_delay": timedelta(minutes=1),
+                  "execution_timeout": timedelta(hours=1)},
+)
+def ctp_gc():
+    @task(retries=0)
+    def gate(params=None) -> dict:
+        """The checkpoint alone; fails the DAG (no retry) if any expectation fails."""
+        from airflow.exceptions import AirflowFailException
+
+        from expectations.job import validate_job
+
+        cfg = resolve()
+        ok, failures, info = validate_job(open_store(cfg), _config(params), cfg.report_dir)
+        for f in failures:
+            print(f"failed expectation: {f}")
+        print(f"M = {info['m']} (C = {info['cluster_epoch']}, {info['partitions']} partitions); "
+              f"{info['statistics']}; data docs: {info['docs']}")
+        if not ok:
+            raise AirflowFailException(f"GC gate failed, nothing deleted: {failures[0]}"
+                                       + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""))
+        return {"m": info["m"], "cluster_epoch": info["cluster_epoch"]}
+
+    @task(outlets=[GC_ASSET])
+    def collect(gated: dict, params=None) -> dict:
+        """Delete L0 <= M (re-checked by the same gate first) and L1 orphans; record the run."""
+        from ctp_state.errors import GateFailed
+        from ctp_state.gc_run import run_gc
+        from expectations.gate import GxGate
+
+        cfg = resolve()
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage == "delete" and (done == total or done % 10_000 < 1000):
+                print(f"deleted {done}/{total} L0 objects")
+
+        try:
+            rec = run_gc(open_store(cfg), gate=GxGate(cfg.report_dir), config=_config(params), on_progress=progress)
+        except GateFailed as e:
+            from airflow.exceptions import AirflowFailException
+
+            raise AirflowFailException(str(e)) from None
+        keep = ("seq", "status", "dry_run", "m", "cluster_epoch", "partitions", "listed", "deleted", "deleted_bytes",
+                "would_delete", "would_delete_bytes", "delete_errors", "l1_orphans_deleted", "seconds", "held_by_count")
+        out = {k: rec.get(k) for k in keep}
+        print(out)
+        for h in rec["held_by"][:10]:
+            print(f"held at M by {h['topic']}/{h['partition']}: {'; '.join(h['reasons'])}")
+        if rec["status"] == "partial":
+            raise RuntimeError(f"{rec['delete_errors']} object(s) failed to delete after retries "
+                               f"(e.g. {next(iter(rec['failed_keys']), '?')}); the run is recorded, the next retries")
+        return out
+
+    @task(trigger_rule="all_done", retries=1)
+    def report(params=None) -> str:
+        """Write the offline report (also when the GC failed: the report shows why)."""
+        from expectations.job import write_report
+
+        cfg = resolve()
+        page, n = write_report(open_store(cfg), cfg.report_dir, publish_to_store=bool(params["publish_report"]))
+        print(f"report: {page}" + (f" ({n} files published to reports/gc/)" if n else ""))
+        return page
+
+    collected = collect(gate())
+    collected >> report()
+
+
+ctp_gc()
