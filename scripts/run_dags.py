@@ -1,0 +1,159 @@
+"""Drive the three ctp DAGs end to end with ``dag.test()``, on embedded defaults.
+
+    python scripts/run_dags.py [--rounds 3] [--records 20000] [--partitions 8] [--json]
+
+Prepares Airflow (``AIRFLOW_HOME``, default ``.ctp-demo/airflow``; SQLite unless
+``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` says otherwise; ``airflow db migrate`` once),
+generates traffic while the epoch DAG advances the cluster epoch, then runs the
+reconcile DAG (spark-submit through ``spark_default``, ``local[2]`` unless set) and the
+GC DAG (gate, collect, report), and prints what happened: epochs, records reconciled,
+M, objects deleted, and where the report is. The store is ``$CTP_STORE`` (default
+``.ctp-demo/store``); the report goes to ``$CTP_REPORT_DIR`` (default ``.ctp-demo/report``).
+Exits 1 if any DAG run fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DAGS = os.path.join(REPO, "dags")
+
+
+def prepare_airflow_env() -> dict[str, str]:
+    """Airflow settings for an embedded run; must be set before airflow is imported."""
+    demo = os.path.join(REPO, ".ctp-demo")
+    defaults = {
+        "AIRFLOW_HOME": os.path.join(demo, "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": DAGS,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "CTP_STORE": "file://" + os.path.join(demo, "store"),
+        "CTP_REPORT_DIR": os.path.join(demo, "report"),
+    }
+    for k, v in defaults.items():
+        os.environ.setdefault(k, v)
+    os.makedirs(os.environ["AIRFLOW_HOME"], exist_ok=True)
+    if DAGS not in sys.path:
+        sys.path.insert(0, DAGS)  # as Airflow does: DAG files share ctp_common.py
+    return {k: os.environ[k] for k in defaults}
+
+
+def migrate() -> None:
+    """``airflow db migrate`` once per metadata DB (idempotent, ~3 s on SQLite)."""
+    conn = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite")
+    stamp = os.path.join(os.environ["AIRFLOW_HOME"], ".ctp-migrated")
+    if os.path.exists(stamp) and open(stamp).read() == conn:
+        return
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    r = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"error: airflow db migrate failed: {r.stderr.strip().splitlines()[-1] if r.stderr else r.returncode}")
+    with open(stamp, "w") as f:
+        f.write(conn)
+
+
+class Driver:
+    def __init__(self, say) -> None:
+        from airflow.dag_processing.dagbag import DagBag
+
+        self.say = say
+        bag = DagBag(dag_folder=DAGS)
+        if bag.import_errors:
+            path, err = next(iter(bag.import_errors.items()))
+            sys.exit(f"error: {path} does not import: {err.strip().splitlines()[-1]}")
+        self.dags = bag.dags
+        self.runs: list[dict] = []
+
+    def run(self, dag_id: str, conf: dict | None = None) -> None:
+        t0 = time.monotonic()
+        dr = self.dags[dag_id].test(run_conf=conf or None)
+        state = str(getattr(dr.state, "value", dr.state))
+        took = round(time.monotonic() - t0, 1)
+        self.runs.append({"dag_id": dag_id, "state": state, "seconds": took, "conf": conf or {}})
+        self.say(f"  DAG {dag_id}{' ' + json.dumps(conf) if conf else ''}: {state} in {took}s")
+        if state != "success":
+            raise SystemExit(f"error: DAG {dag_id} finished {state}; see its task logs above")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="produce + epoch-advance rounds")
+    ap.add_argument("--records", type=int, default=20_000, help="records per round")
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--topic", default="demo")
+    ap.add_argument("--json", action="store_true", help="print the outcome as JSON on the last line")
+    args = ap.parse_args()
+
+    env = prepare_airflow_env()
+    quiet = args.json
+    say = (lambda msg: print(msg, file=sys.stderr)) if quiet else print
+    say(f"Airflow home {env['AIRFLOW_HOME']}; store {env['CTP_STORE']}")
+    migrate()
+    logging.getLogger("airflow").setLevel(logging.WARNING)
+
+    from ctp_state.epoch import ClusterEpoch
+    from ctp_state.gc_history import GcHistory
+    from ctp_state.l0 import Record
+    from ctp_state.producer import Producer, write_with_retry
+    from ctp_state.reconcile import RUNS_PREFIX
+    from ctp_state.store import open_store, redact_url
+    from ctp_state.topics import create_topic
+
+    store = open_store(env["CTP_STORE"])
+    driver = Driver(say)
+    create_topic(store, args.topic, args.partitions, exist_ok=True)
+    epoch_before = ClusterEpoch(store).current()
+    produced = 0
+    with Producer(store, epoch_ttl_s=0) as producer:
+        for r in range(args.rounds):
+            now = int(time.time() * 1000)
+            chunks = {}
+            for i in range(args.records):
+                chunks.setdefault((args.topic, i % args.partitions), []).append(
+                    Record(os.urandom(100), f"user-{i % 1000}".encode(), now))
+            accepted, rejected = write_with_retry(producer, sorted(chunks.items()))
+            produced += sum(v.records for v in accepted)
+            if rejected:
+                raise SystemExit(f"error: traffic was rejected: {rejected[0].error}")
+            say(f"round {r + 1}: produced {args.records} records (one L0 object) at epoch {ClusterEpoch(store).current()}")
+            driver.run("ctp_epoch_advance")
+    driver.run("ctp_reconcile")
+    summary_key = max((o.key for o in store.list(RUNS_PREFIX)), default=None)
+    reconciled = json.loads(store.get(summary_key)) if summary_key else {}
+    driver.run("ctp_gc", {"dry_run": True})
+    dry = GcHistory(store).tail(1)[0]
+    driver.run("ctp_gc")
+    gc = GcHistory(store).tail(1)[0]
+    out = {
+        "store": redact_url(store.url),
+        "airflow_home": env["AIRFLOW_HOME"],
+        "epoch_before": epoch_before,
+        "epoch_after": ClusterEpoch(store).current(),
+        "records_produced": produced,
+        "records_reconciled": reconciled.get("records"),
+        "l1_files": reconciled.get("l1_files"),
+        "m": gc["m"],
+        "would_delete_dry_run": dry.get("would_delete"),
+        "l0_objects_deleted": gc.get("deleted"),
+        "l0_bytes_deleted": gc.get("deleted_bytes"),
+        "gc_status": gc["status"],
+        "report": os.path.join(env["CTP_REPORT_DIR"], "index.html"),
+        "dag_runs": driver.runs,
+    }
+    say(f"epochs {out['epoch_before']} -> {out['epoch_after']}; {out['records_reconciled']} records reconciled into "
+        f"{out['l1_files']} L1 files; M = {out['m']}; GC dry run would delete {out['would_delete_dry_run']}, "
+        f"then deleted {out['l0_objects_deleted']} L0 objects ({out['l0_bytes_deleted']} bytes)")
+    say(f"report: {out['report']}")
+    if args.json:
+        print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
