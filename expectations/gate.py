@@ -15,6 +15,7 @@ at a time.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -29,6 +30,8 @@ CHECKPOINT = "ctp_gc_gate"
 
 
 def _context(root: str) -> Any:
+    # GX logs every datasource (de)serialisation at INFO; operators need its results.
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 

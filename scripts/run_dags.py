@@ -15,6 +15,7 @@ Exits 1 if any DAG run fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -59,12 +60,34 @@ def migrate() -> None:
         f.write(conn)
 
 
+@contextlib.contextmanager
+def output_to(path: str):
+    """Send this process's stdout/stderr (file descriptors, so Airflow's and Spark's
+    loggers too) to ``path`` while DAG runs are printing their task logs."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
 class Driver:
-    def __init__(self, say) -> None:
+    def __init__(self, say, log_path: str) -> None:
         from airflow.dag_processing.dagbag import DagBag
 
-        self.say = say
-        bag = DagBag(dag_folder=DAGS)
+        self.say, self.log_path = say, log_path
+        with output_to(log_path):
+            bag = DagBag(dag_folder=DAGS)
         if bag.import_errors:
             path, err = next(iter(bag.import_errors.items()))
             sys.exit(f"error: {path} does not import: {err.strip().splitlines()[-1]}")
@@ -73,13 +96,17 @@ class Driver:
 
     def run(self, dag_id: str, conf: dict | None = None) -> None:
         t0 = time.monotonic()
-        dr = self.dags[dag_id].test(run_conf=conf or None)
+        with output_to(self.log_path):
+            dr = self.dags[dag_id].test(run_conf=conf or None)
         state = str(getattr(dr.state, "value", dr.state))
         took = round(time.monotonic() - t0, 1)
         self.runs.append({"dag_id": dag_id, "state": state, "seconds": took, "conf": conf or {}})
         self.say(f"  DAG {dag_id}{' ' + json.dumps(conf) if conf else ''}: {state} in {took}s")
         if state != "success":
-            raise SystemExit(f"error: DAG {dag_id} finished {state}; see its task logs above")
+            with open(self.log_path, errors="replace") as f:
+                tail = f.readlines()[-40:]
+            sys.stderr.write("".join(tail))
+            raise SystemExit(f"error: DAG {dag_id} finished {state}; task logs in {self.log_path} (tail above)")
 
 
 def main() -> None:
@@ -94,7 +121,7 @@ def main() -> None:
     env = prepare_airflow_env()
     quiet = args.json
     say = (lambda msg: print(msg, file=sys.stderr)) if quiet else print
-    say(f"Airflow home {env['AIRFLOW_HOME']}; store {env['CTP_STORE']}")
+    say(f"Airflow home {env['AIRFLOW_HOME']}")
     migrate()
     logging.getLogger("airflow").setLevel(logging.WARNING)
 
@@ -103,11 +130,15 @@ def main() -> None:
     from ctp_state.l0 import Record
     from ctp_state.producer import Producer, write_with_retry
     from ctp_state.reconcile import RUNS_PREFIX
-    from ctp_state.store import open_store, redact_url
+    from ctp_common import open_store, resolve  # the DAGs' own resolution: Variables, connections, env
+    from ctp_state.store import redact_url
     from ctp_state.topics import create_topic
 
-    store = open_store(env["CTP_STORE"])
-    driver = Driver(say)
+    cfg = resolve()
+    store = open_store(cfg)
+    log_path = os.path.join(env["AIRFLOW_HOME"], "dag-runs.log")
+    driver = Driver(say, log_path)
+    say(f"task logs: {log_path}")
     create_topic(store, args.topic, args.partitions, exist_ok=True)
     epoch_before = ClusterEpoch(store).current()
     produced = 0
@@ -129,11 +160,23 @@ def main() -> None:
     reconciled = json.loads(store.get(summary_key)) if summary_key else {}
     driver.run("ctp_gc", {"dry_run": True})
     dry = GcHistory(store).tail(1)[0]
-    driver.run("ctp_gc")
+    driver.run("ctp_gc", {"dry_run": False})
     gc = GcHistory(store).tail(1)[0]
+    # Everything accepted is still readable exactly once, from L1 and unreconciled L0.
+    from ctp_state.read import read_partition
+    from ctp_state.status import read_states, select_topics
+
+    topic = select_topics(store, [args.topic])
+    read_back = sum(read_partition(store, args.topic, p).num_rows for p in range(args.partitions))
+    in_logs = sum(s.next_offset for s in read_states(store, topic))
+    say(f"read back {read_back} records after the GC (the logs hold {in_logs}): "
+        + ("every record exactly once" if read_back == in_logs else "MISMATCH"))
+    if read_back != in_logs:
+        raise SystemExit(f"error: read back {read_back} records, the logs hold {in_logs}")
     out = {
         "store": redact_url(store.url),
         "airflow_home": env["AIRFLOW_HOME"],
+        "metadata_db": os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite").split(":", 1)[0],
         "epoch_before": epoch_before,
         "epoch_after": ClusterEpoch(store).current(),
         "records_produced": produced,
@@ -144,7 +187,8 @@ def main() -> None:
         "l0_objects_deleted": gc.get("deleted"),
         "l0_bytes_deleted": gc.get("deleted_bytes"),
         "gc_status": gc["status"],
-        "report": os.path.join(env["CTP_REPORT_DIR"], "index.html"),
+        "records_read_back": read_back,
+        "report": os.path.join(cfg.report_dir, "index.html"),
         "dag_runs": driver.runs,
     }
     say(f"epochs {out['epoch_before']} -> {out['epoch_after']}; {out['records_reconciled']} records reconciled into "
