@@ -48,18 +48,18 @@ def _home() -> str:
 def _variable(name: str) -> str | None:
     from airflow.sdk import Variable
 
-    try:
-        return Variable.get(name, default=None)
-    except Exception:  # noqa: BLE001 - no Variable backend reachable: fall back to the environment
-        return None
+    # Absent -> None. Any other failure (a secrets backend down) propagates: silently
+    # falling back to another store would be worse than failing the task.
+    return Variable.get(name, default=None)
 
 
 def _s3_env() -> dict[str, str]:
     from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         conn = BaseHook.get_connection(S3_CONN_ID)
-    except Exception:  # noqa: BLE001 - the connection is optional
+    except AirflowNotFoundException:  # the connection is optional: the environment may carry S3 settings
         return {}
     extra = conn.extra_dejson or {}
     env = {}
