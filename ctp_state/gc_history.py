@@ -14,8 +14,9 @@ with its own history.
 
 Which runs count for monotonic M (I3): runs whose gate passed (``ok``, ``partial``:
 some deletes still failed after retries, ``dry_run``).
-A ``gate_failed`` run is recorded for the audit but never becomes the reference a later
-run is checked against; every record carries ``m_high_water``, the highest M any
+A ``gate_failed`` run, and a ``superseded`` one (it finished after a concurrent GC that
+saw a higher M), is recorded for the audit but never becomes the reference a later run
+is checked against; every record carries ``m_high_water``, the highest M any
 passing run has recorded, so the check reaches back over all time, not just the tail.
 """
 

@@ -339,10 +339,19 @@ def run_gc(
 
     def finish(status: str, extra: dict[str, Any], *, with_view: bool, marks: dict | None = None) -> dict[str, Any]:
         def make(seq: int) -> dict[str, Any]:
+            nonlocal status
             finished_ms = int(clock() * 1000)
+            between = history.tail(seq - p.last_seq - 1, seq - 1) if seq > p.last_seq + 1 else []
+            # Another GC recorded a run after this one read the history. If it saw a higher
+            # M (it read newer states), this run's lower M must not become the reference,
+            # or the history would decrease: it is recorded as superseded. Its deletes were
+            # at or below its own M, so below the other's: safe.
+            if status in PASSED and any(r.get("status") in PASSED and (r.get("m") or -1) > (decision.m or -1)
+                                        for r in between):
+                status = "superseded"
             passed_now = status in PASSED and decision.m is not None
-            hw = max([x for x in (p.m_high_water_before, decision.m if passed_now else None) if x is not None],
-                     default=None)
+            hw = max([x for x in (p.m_high_water_before, high_water(between), decision.m if passed_now else None)
+                      if x is not None], default=None)
             rec = {**base, **extra, "status": status, "finished_ms": finished_ms,
                    "seconds": round((finished_ms - p.started_ms) / 1000, 3), "m_high_water": hw}
             if with_view:

@@ -246,3 +246,24 @@ def test_history_records_are_append_only_and_versioned(store, gate):
     store.put("gc/history/00000000000000000002.json", json.dumps({"v": 99}).encode())
     with pytest.raises(CorruptData, match="version 99 is not supported"):
         list(h.records())
+
+
+def test_a_concurrent_gc_that_saw_a_higher_m_supersedes_a_slower_one(store, gate):
+    reconciled(store)
+    ce = ClusterEpoch(store)
+    inner: list[dict] = []
+
+    def slow_gate(frames):
+        # While this run sits at its gate, the cluster moves on and another GC records
+        # a higher M first.
+        ce.advance()
+        ce.advance()
+        run_reconcile(store)
+        inner.append(run_gc(store, gate=gate))
+        return gate(frames)
+
+    slow = run_gc(store, gate=slow_gate)
+    assert inner[0]["m"] > slow["m"] and inner[0]["seq"] < slow["seq"]
+    assert slow["status"] == "superseded" and slow["m_high_water"] == inner[0]["m_high_water"]
+    nxt = run_gc(store, gate=gate)  # the history stays monotonic: the next run passes
+    assert nxt["status"] == "ok" and nxt["m"] >= inner[0]["m"]
