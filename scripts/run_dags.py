@@ -126,6 +126,7 @@ def main() -> None:
     logging.getLogger("airflow").setLevel(logging.WARNING)
 
     from ctp_state.epoch import ClusterEpoch
+    from ctp_state.errors import CtpError
     from ctp_state.gc_history import GcHistory
     from ctp_state.l0 import Record
     from ctp_state.producer import Producer, write_with_retry
@@ -139,7 +140,13 @@ def main() -> None:
     log_path = os.path.join(env["AIRFLOW_HOME"], "dag-runs.log")
     driver = Driver(say, log_path)
     say(f"task logs: {log_path}")
-    create_topic(store, args.topic, args.partitions, exist_ok=True)
+    from ctp_state.topics import get_topic
+
+    try:
+        create_topic(store, args.topic, args.partitions, exist_ok=True)
+    except CtpError as e:  # e.g. the topic exists with another partition count: use it as it is
+        say(f"note: {e}")
+    partitions = get_topic(store, args.topic).partitions
     epoch_before = ClusterEpoch(store).current()
     produced = 0
     with Producer(store, epoch_ttl_s=0) as producer:
@@ -147,7 +154,7 @@ def main() -> None:
             now = int(time.time() * 1000)
             chunks = {}
             for i in range(args.records):
-                chunks.setdefault((args.topic, i % args.partitions), []).append(
+                chunks.setdefault((args.topic, i % partitions), []).append(
                     Record(os.urandom(100), f"user-{i % 1000}".encode(), now))
             accepted, rejected = write_with_retry(producer, sorted(chunks.items()))
             produced += sum(v.records for v in accepted)
@@ -167,7 +174,7 @@ def main() -> None:
     from ctp_state.status import read_states, select_topics
 
     topic = select_topics(store, [args.topic])
-    read_back = sum(read_partition(store, args.topic, p).num_rows for p in range(args.partitions))
+    read_back = sum(read_partition(store, args.topic, p).num_rows for p in range(partitions))
     in_logs = sum(s.next_offset for s in read_states(store, topic))
     say(f"read back {read_back} records after the GC (the logs hold {in_logs}): "
         + ("every record exactly once" if read_back == in_logs else "MISMATCH"))
@@ -200,4 +207,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from ctp_state.errors import CtpError
+
+    try:
+        main()
+    except CtpError as e:  # a one-line cause, as the CLI gives
+        sys.exit(f"error: {e}")

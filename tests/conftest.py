@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -15,6 +16,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from ctp_state.store import ObjectStore, S3Settings, open_store
+
+# py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after
+# pytest closed the streams a test's logging setup (Airflow's) pointed handlers at.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 settings.register_profile("ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100, deadline=None)
