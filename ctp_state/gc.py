@@ -77,7 +77,8 @@ def compute_m(
     if cluster_epoch - 1 == m:
         held.append(Holdback(None, None, m, (f"cluster epoch C={cluster_epoch}: M < C always",)))
     for s in states:
-        if s.m != m:
+        # At M = C - 1 the cluster epoch is what holds M; a partition there is not behind.
+        if s.m != m or m == cluster_epoch - 1:
             continue
         reasons: list[str] = []
         if (s.topic, s.partition) in quarantined:

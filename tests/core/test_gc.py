@@ -153,3 +153,8 @@ def test_throttling_is_retried_with_backoff_and_failures_are_counted(store):
     assert sleeps[:3] == [0.2, 0.4, 0.8]  # exponential backoff
     assert c.delete_retries >= 30 + 30  # two throttled rounds of every key
     assert {o.key for o in store.list(layout.L0_ROOT)} == set(keys[:2])  # nothing else survived
+
+
+def test_partitions_at_c_minus_1_are_not_reported_as_holding_m_back():
+    d = compute_m(5, [st("t", 0, Init(5)), st("t", 1, Init(5))], now_ms=0)
+    assert d.m == 4 and [h.topic for h in d.held_by] == [None]
