@@ -218,7 +218,3 @@ class GateFailed(CtpError):
         self.failures, self.statistics, self.docs = list(failures), dict(statistics or {}), docs
         shown = "; ".join(self.failures[:3]) + (f"; and {len(self.failures) - 3} more" if len(self.failures) > 3 else "")
         super().__init__(f"GC gate failed, nothing deleted: {shown}")
-
-
-class CollectionBlocked(CtpError):
-    """M cannot be computed this run (a partition without its init entry)."""

@@ -26,22 +26,20 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from ctp_state import gc_l1
+from ctp_state import gc_l1, layout
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, CtpError, GateFailed
 from ctp_state.gc import GcCounters, Holdback, MDecision, compute_m, delete_objects, plan_l0_deletes
 from ctp_state.gc_history import PARTITION_SCHEMA, PASSED, GcHistory, high_water
-from ctp_state.log import PartitionLog
-from ctp_state.reconcile import RUNS_PREFIX
-from ctp_state.status import select_topics
+from ctp_state.reconcile import RUNS_PREFIX, state_fields
+from ctp_state.status import read_partition_states, select_topics
 from ctp_state.store import ObjectStore
 
 #: A summary must have started this long after the previous GC finished (clock skew).
@@ -107,14 +105,13 @@ class PartitionView:
 
     @classmethod
     def of_state(cls, s: sm.PartitionState) -> PartitionView:
-        return cls(s.topic, s.partition, "log", s.initialized, s.min_epoch_lower_bound, s.previous_applied_epoch,
-                   s.max_applied_epoch, s.last_reconciled_offset, s.applied_offset + 1, s.lag_entries,
-                   s.lag_records, s.lag_bytes, s.holders)
+        return cls.of_summary(s.topic, s.partition, state_fields(s), source="log")
 
     @classmethod
-    def of_summary(cls, topic: str, partition: int, f: dict[str, Any]) -> PartitionView:
+    def of_summary(cls, topic: str, partition: int, f: dict[str, Any], source: str = "summary") -> PartitionView:
+        """From :func:`ctp_state.reconcile.state_fields` output, as a run summary holds it."""
         holders = tuple(sm.Holder(o, AccessMode(m), 0, int(lu)) for o, m, lu in f["holders"])
-        return cls(topic, partition, "summary", f["initialized"], f["min_epoch_lower_bound"],
+        return cls(topic, partition, source, f["initialized"], f["min_epoch_lower_bound"],
                    f["previous_applied_epoch"], f["max_applied_epoch"], f["last_reconciled_offset"],
                    f["log_end_offset"], f["lag_entries"], f["lag_records"], f["lag_bytes"], holders)
 
@@ -153,10 +150,8 @@ def gather(store: ObjectStore, *, now_ms: int, summary: dict[str, Any] | None,
     wanted = [(t.name, p) for t in topics for p in range(t.partitions)]
     views = {k: PartitionView.of_summary(k[0], k[1], usable[k]) for k in wanted if k in usable}
     missing = [k for k in wanted if k not in views]
-    if missing:
-        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(missing)))) as pool:
-            for s in pool.map(lambda k: PartitionLog(store, *k).read_state(), missing):
-                views[(s.topic, s.partition)] = PartitionView.of_state(s)
+    for s in read_partition_states(store, missing, threads=threads):
+        views[(s.topic, s.partition)] = PartitionView.of_state(s)
     return c, [views[k] for k in wanted], used
 
 
@@ -384,7 +379,7 @@ def run_gc(
         on_progress("list", 1, 1)
         limited = 0
         if config.max_deletes is not None and len(todo) > config.max_deletes:
-            todo.sort(key=lambda o: (o.key.split("/")[2], o.key))  # lowest epochs first
+            todo.sort(key=lambda o: (layout.parse_l0_key(o.key)[1], o.key))  # lowest epochs first
             limited = len(todo) - config.max_deletes
             todo = todo[: config.max_deletes]
         plan = {"would_delete": len(todo), "would_delete_bytes": sum(o.size for o in todo),

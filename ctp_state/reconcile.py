@@ -187,7 +187,6 @@ def run_reconcile(
     reports = {(s.topic, s.partition): PartitionReport(s.topic, s.partition, m_before=s.m) for s in states}
     for s in states:
         reports[(s.topic, s.partition)].observe(s)
-    for s in states:
         if not s.initialized:
             r = reports[(s.topic, s.partition)]
             r.status, r.reason = "error", "partition has no init entry (finish `ctp topic create`)"

@@ -20,11 +20,16 @@ def select_topics(store: ObjectStore, names: Iterable[str] | None = None) -> lis
 
 def read_states(store: ObjectStore, topics: list[Topic], *, threads: int = 32) -> list[sm.PartitionState]:
     """Read every partition's current state, ``threads`` partitions at a time."""
-    jobs = [(t.name, p) for t in topics for p in range(t.partitions)]
-    if not jobs:
+    return read_partition_states(store, [(t.name, p) for t in topics for p in range(t.partitions)], threads=threads)
+
+
+def read_partition_states(store: ObjectStore, partitions: list[tuple[str, int]], *,
+                          threads: int = 32) -> list[sm.PartitionState]:
+    """The current state of each (topic, partition), in the order given."""
+    if not partitions:
         return []
-    with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
-        return list(pool.map(lambda job: PartitionLog(store, *job).read_state(), jobs))
+    with ThreadPoolExecutor(max_workers=min(threads, len(partitions))) as pool:
+        return list(pool.map(lambda job: PartitionLog(store, *job).read_state(), partitions))
 
 
 def describe(s: sm.PartitionState) -> dict[str, Any]:

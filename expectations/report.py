@@ -80,11 +80,11 @@ def _when(ms: int | None) -> str:
 
 def _bytes(n: int | None) -> str:
     n = n or 0
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return str(n)
+    return f"{n:.1f} TiB"
 
 
 def _chart(records: Sequence[dict[str, Any]], width: int = 900, height: int = 220) -> str:
