@@ -2,59 +2,101 @@
 
 Each epoch value has a create-if-absent marker object, so an advance is one atomic
 create: two concurrent advancers can never produce the same value, and every value
-an advancer returns is larger than any it read. A small hint object names the newest
-epoch an advancer created; readers read the hint and probe the next marker, so reading
-C costs O(1) requests (a GET and a HEAD) however many epochs have passed. A hint that
-a racing advancer overwrote with an older value only costs extra probes. Epoch 1 is
-implicit: a new store starts at C = 1.
+an advancer returns is larger than any it read. Markers are dense: an advancer creates
+marker ``n + 1`` only after it saw marker ``n``. Epoch 1 is implicit: a new store starts
+at C = 1.
+
+A small hint object names the newest epoch an advancer created, so reading C costs a
+GET of the hint and one LIST of the markers from the hinted one on. The hint is only a
+cache and is believed only as far as a marker vouches for it: the LIST must start with
+the hinted marker. A hint no marker vouches for (a hand edit, a flipped digit, a bug)
+is ignored, C is found from the markers alone, and the hint is rewritten. A hint that
+a racing advancer overwrote with an older value only makes the LIST a little longer.
+Epochs stay within :data:`~ctp_state.validate.MAX_EPOCH` (the 18 digits of an L0 key);
+``advance`` refuses to pass it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
 
 from ctp_state import layout, validate
-from ctp_state.errors import ContentionTimeout, CorruptData, KeyExists, ObjectNotFound
+from ctp_state.errors import ContentionTimeout, CorruptData, InvalidEpoch, KeyExists, ObjectNotFound
 from ctp_state.store import ObjectStore
 
 MAX_ADVANCE_ATTEMPTS = 1000
+log = logging.getLogger(__name__)
 
 
 class ClusterEpoch:
     def __init__(self, store: ObjectStore):
         self.store = store
+        #: Times a hint was found that no marker vouches for (operators: see the log).
+        self.unvouched_hints = 0
 
-    def _hint(self) -> int:
+    def _hint(self) -> int | None:
+        """The hinted epoch, or None when there is no usable hint."""
         try:
             data = self.store.get(layout.EPOCH_HINT)
         except ObjectNotFound:
-            return 1
+            return None
         try:
             return validate.epoch(json.loads(data)["epoch"], what="epoch hint")
-        except (ValueError, KeyError, TypeError) as e:
-            raise CorruptData(layout.EPOCH_HINT, f"epoch hint is malformed: {e}") from None
+        except (ValueError, KeyError, TypeError, CorruptData) as e:
+            log.warning("ignoring the cluster epoch hint %s: it does not parse (%s)", layout.EPOCH_HINT, e)
+            return None
+        except Exception as e:  # InvalidEpoch and friends: out of range
+            log.warning("ignoring the cluster epoch hint %s: %s", layout.EPOCH_HINT, e)
+            return None
+
+    def _run_from(self, start: int) -> int | None:
+        """The last epoch of the dense run of markers starting at ``start`` (>= 2), or
+        None if marker ``start`` does not exist."""
+        after = layout.epoch_marker(start - 1) if start > 2 else None
+        expected, last = start, None
+        for info in self.store.list(layout.EPOCH_MARKERS, start_after=after):
+            epoch = layout.parse_epoch_marker(info.key)
+            if epoch != expected:
+                break  # markers are dense; anything past a gap was not made by an advance
+            last, expected = epoch, epoch + 1
+        return last
 
     def current(self) -> int:
-        """Read C: the hint, then probe forward to the newest marker."""
-        epoch = self._hint()
-        while self.store.head(layout.epoch_marker(epoch + 1)) is not None:
-            epoch += 1
+        """Read C: the newest marker of the dense run, starting from a vouched hint."""
+        hint = self._hint()
+        if hint is not None and hint >= 2:
+            last = self._run_from(hint)
+            if last is not None:
+                return last
+            self.unvouched_hints += 1
+            log.warning("the cluster epoch hint says %d but no marker vouches for it; reading the markers", hint)
+        last = self._run_from(2)
+        epoch = 1 if last is None else last
+        if hint is not None and hint != epoch and hint >= 2:
+            self._write_hint(epoch)  # repair the cache so the next reader pays one LIST
         return epoch
+
+    def _write_hint(self, epoch: int) -> None:
+        self.store.put(layout.EPOCH_HINT, json.dumps({"epoch": epoch}).encode())
 
     def advance(self) -> int:
         """Atomically move C to the next value and return it."""
         epoch = self.current()
         for _ in range(MAX_ADVANCE_ATTEMPTS):
-            nxt = validate.epoch(epoch + 1)
+            if epoch >= validate.MAX_EPOCH:
+                raise InvalidEpoch(epoch + 1, f"the cluster epoch is at its maximum {validate.MAX_EPOCH} "
+                                   "(L0 keys hold 18 digits); it cannot advance")
+            nxt = epoch + 1
             try:
                 self.store.put_if_absent(layout.epoch_marker(nxt), json.dumps({"epoch": nxt}).encode())
             except KeyExists:
                 epoch = nxt  # another advancer took it; try the one after
                 continue
-            self.store.put(layout.EPOCH_HINT, json.dumps({"epoch": nxt}).encode())
+            self._write_hint(nxt)
             return nxt
         raise ContentionTimeout("cluster epoch advance", MAX_ADVANCE_ATTEMPTS)
 

@@ -27,8 +27,27 @@ L0_ROOT = "l0/"
 L1_ROOT = "l1/"
 
 
+def _epoch18(epoch: int) -> str:
+    # Imported here: validate imports errors only, so there is no cycle, but keep the
+    # layout module importable on its own.
+    from ctp_state.validate import epoch as check
+
+    return f"{check(epoch):018d}"
+
+
 def epoch_marker(epoch: int) -> str:
-    return f"{EPOCH_MARKERS}{epoch:018d}"
+    return f"{EPOCH_MARKERS}{_epoch18(epoch)}"
+
+
+_MARKER_RE = re.compile(r"cluster/epoch/markers/(\d{18})")
+
+
+def parse_epoch_marker(key: str) -> int:
+    """The epoch of a marker key; raise :class:`CorruptData` naming a key that is not one."""
+    m = _MARKER_RE.fullmatch(key)
+    if not m or int(m.group(1)) < 1:
+        raise CorruptData(key, "key under cluster/epoch/markers/ is not an 18-digit epoch marker")
+    return int(m.group(1))
 
 
 def topic_meta(topic: str) -> str:
@@ -58,7 +77,7 @@ def snapshot(topic: str, partition: int) -> str:
 
 
 def l0_key(spread: int, epoch: int, unique: str) -> str:
-    return f"{L0_ROOT}{spread:03d}/{epoch:018d}/{unique}.l0"
+    return f"{L0_ROOT}{spread:03d}/{_epoch18(epoch)}/{unique}.l0"
 
 
 _L0_RE = re.compile(r"l0/(\d{3})/(\d{18})/([0-9A-Za-z_-]+)\.l0")

@@ -7,6 +7,9 @@ import re
 from ctp_state.errors import InvalidEpoch, InvalidTopicName
 
 INT64_MAX = 2**63 - 1
+#: The largest cluster epoch: L0 keys and epoch markers hold an epoch in 18 zero-padded
+#: digits, so that key order is epoch order. A 19-digit epoch would break both.
+MAX_EPOCH = 10**18 - 1
 
 # Kafka's rule for topic names. It also keeps names safe as object-key and path parts:
 # no '/', and '.' / '..' are refused below.
@@ -34,8 +37,8 @@ def epoch(value: object, *, what: str = "epoch") -> int:
         raise InvalidEpoch(value, f"{what} must be an integer")
     if value < 1:
         raise InvalidEpoch(value, f"{what} must be >= 1")
-    if value > INT64_MAX:
-        raise InvalidEpoch(value, f"{what} must fit in int64 (<= {INT64_MAX})")
+    if value > MAX_EPOCH:
+        raise InvalidEpoch(value, f"{what} must fit in the 18 digits of an L0 key (<= {MAX_EPOCH})")
     return value
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -33,14 +32,16 @@ def _free_port() -> int:
 
 
 class MotoServer:
-    """moto's S3 server as a separate process on 127.0.0.1, reached over HTTP."""
+    """moto's S3 server (with atomic conditional writes, see tests/s3_server.py) as a
+    separate process on 127.0.0.1, reached over HTTP."""
 
     def __init__(self) -> None:
         self.port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        exe = shutil.which("moto_server") or os.path.join(os.path.dirname(sys.executable), "moto_server")
+        # moto's app behind a lock for writes: conditional PUTs are atomic, as on S3.
         self.proc = subprocess.Popen(
-            [exe, "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "tests.s3_server", "-H", "127.0.0.1", "-p", str(self.port)],
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 30
