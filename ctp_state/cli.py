@@ -100,9 +100,12 @@ def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, 
     """Create topic NAME (or finish a crashed creation)."""
     from ctp_state.topics import create_topic
 
-    t = create_topic(store, name, partitions, exist_ok=exist_ok)
-    emit(as_json, {"topic": t.name, "partitions": t.partitions},
-         f"created topic {t.name} with {t.partitions} partitions in {store.url}")
+    repaired: list[dict[str, Any]] = []
+    t = create_topic(store, name, partitions, exist_ok=exist_ok,
+                     on_repair=lambda p, what: repaired.append({"partition": p, "repair": what}))
+    lines = [f"repaired {t.name}/{r['partition']}: {r['repair']}" for r in repaired]
+    emit(as_json, {"topic": t.name, "partitions": t.partitions, "repaired": repaired},
+         "\n".join(lines + [f"created topic {t.name} with {t.partitions} partitions in {store.url}"]))
 
 
 @topic.command("list")
@@ -162,13 +165,22 @@ def _progress() -> Progress:
 @click.option("--batch-records", type=int, default=5_000, show_default=True,
               help="Records per flush (one L0 object each).")
 @click.option("--seed", type=int, default=None, help="Seed for --generate (repeatable data).")
+@click.option("--producer-id", default=None,
+              help="Idempotent producer id [default: derived from FILE's bytes and --batch-records, so running "
+                   "the same command again never duplicates; a fresh id for --generate].")
 @command
 def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool, topic_name: str | None,
-            records: int, value_size: int, batch_records: int, seed: int | None) -> None:
+            records: int, value_size: int, batch_records: int, seed: int | None, producer_id: str | None) -> None:
     """Produce records from a JSON-lines FILE ('-' for stdin) or with --generate.
 
     Each line: {"topic": ..., "partition": N, "value": "text" | "value_b64": "...",
     "key"/"key_b64", "headers": {"name": "text"}, "timestamp": ms}.
+
+    Every record ends accepted (written now), a duplicate (written before, by an earlier
+    run with the same producer id), rejected (not written), unknown (the store did not
+    say; it may be written) or not sent (an earlier batch of its partition was not
+    accepted). Exit 1 if any was rejected, else 3 if any outcome is unknown: running
+    the same command again then writes what is missing and nothing twice.
     """
     from ctp_state.producer import Producer, write_with_retry
 
@@ -177,38 +189,61 @@ def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool,
     if batch_records < 1:
         raise click.UsageError("--batch-records must be >= 1")
     started = time.monotonic()
-    accepted = rejected = 0
+    counts = {"accepted": 0, "duplicates": 0, "rejected": 0, "unknown": 0, "not_sent": 0}
     reasons: dict[str, int] = defaultdict(int)
     first_error: str | None = None
-    with Producer(store) as producer:
-        batches = (_generated(producer, topic_name, records, value_size, batch_records, seed) if generate
-                   else _from_file(producer, file, batch_records))  # type: ignore[arg-type]
-        total = records if generate else None
+    stopped: set[tuple[str, int]] = set()  # partitions with a batch not accepted: send no more to them
+    if generate:
+        batches, derived = _generated(store, topic_name, records, value_size, batch_records, seed), None
+    else:
+        batches, derived = _from_file(store, file, batch_records)  # type: ignore[arg-type]
+    with Producer(store, producer_id=producer_id or derived) as producer:
         with _progress() as progress:
-            task = progress.add_task("producing", total=total)
+            task = progress.add_task("producing", total=records if generate else None)
             for chunks in batches:
-                ok, bad = write_with_retry(producer, chunks)
-                accepted += sum(v.records for v in ok)
-                rejected += sum(v.records for v in bad)
+                held = [c for c in chunks if c[0] in stopped]
+                counts["not_sent"] += sum(len(r) for _, r in held)
+                ok, bad = write_with_retry(producer, [c for c in chunks if c[0] not in stopped])
+                for v in ok:
+                    counts["duplicates" if v.duplicate else "accepted"] += v.records
                 for v in bad:
+                    counts[v.outcome] += v.records
                     reasons[v.reason or "error"] += v.records
                     first_error = first_error or str(v.error)
+                    stopped.add((v.topic, v.partition))
                 progress.advance(task, sum(len(r) for _, r in chunks))
     seconds = time.monotonic() - started
-    summary = {"accepted": accepted, "rejected": rejected, "rejected_by_reason": dict(reasons),
-               "seconds": round(seconds, 3), "records_per_second": round((accepted + rejected) / max(seconds, 1e-9))}
-    emit(as_json, summary, f"accepted {accepted} records, rejected {rejected} in {seconds:.1f}s"
-         + (f" ({dict(reasons)}; first: {first_error})" if rejected else ""))
-    if rejected:
+    total = sum(counts.values())
+    summary = {**counts, "rejected_by_reason": dict(reasons), "producer_id": producer.producer_id,
+               "seconds": round(seconds, 3), "records_per_second": round(total / max(seconds, 1e-9))}
+    text = (f"accepted {counts['accepted']} records"
+            + (f", {counts['duplicates']} already written (duplicates dropped)" if counts["duplicates"] else "")
+            + f", rejected {counts['rejected']}"
+            + (f", unknown {counts['unknown']}" if counts["unknown"] else "")
+            + (f", not sent {counts['not_sent']}" if counts["not_sent"] else "")
+            + f" in {seconds:.1f}s" + (f" ({dict(reasons)}; first: {first_error})" if bad_any(counts) else ""))
+    if counts["unknown"] or counts["not_sent"]:
+        text += ("\nsome outcomes are unknown or records were not sent: run the same command again "
+                 f"(producer id {producer.producer_id}); records already written are recognised and not written twice")
+    emit(as_json, summary, text)
+    if counts["rejected"]:
         sys.exit(1)
+    if counts["unknown"] or counts["not_sent"]:
+        sys.exit(3)
 
 
-def _generated(producer: Any, topic_name: str | None, n: int, value_size: int, batch: int, seed: int | None):
+def bad_any(counts: dict[str, int]) -> bool:
+    return bool(counts["rejected"] or counts["unknown"])
+
+
+def _generated(store: ObjectStore, topic_name: str | None, n: int, value_size: int, batch: int, seed: int | None):
+    from ctp_state.topics import get_topic
+
     if not topic_name:
         raise click.UsageError("--generate needs --topic")
     if n < 0 or value_size < 0:
         raise click.UsageError("--records and --value-size must be >= 0")
-    t = producer.topic(topic_name)
+    t = get_topic(store, topic_name)
     rng = random.Random(seed)
     i = 0
     while i < n:
@@ -222,23 +257,43 @@ def _generated(producer: Any, topic_name: str | None, n: int, value_size: int, b
         yield sorted(chunks.items())
 
 
-def _from_file(producer: Any, file: str, batch: int):
+def _from_file(store: ObjectStore, file: str, batch: int):
+    """Read and validate the whole input (bad input writes nothing); return the batches
+    and the producer id derived from the input's bytes and the batching."""
+    import hashlib
+    import io
+
+    from ctp_state.errors import InvalidRecord
     from ctp_state.jsonl import read_records
+    from ctp_state.topics import get_topic
 
     name = "<stdin>" if file == "-" else file
-    # Validate the whole input first: bad input writes nothing.
-    with click.open_file(file, "r", encoding="utf-8") as f:
-        parsed = list(read_records(f, name))
+    with click.open_file(file, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise InvalidRecord(f"{name}:{line}", f"not UTF-8 (byte {e.start} of the file)") from None
+    parsed = list(read_records(io.StringIO(text), name))
+    topics: dict[str, Any] = {}
     for i, (t, p, _) in enumerate(parsed):
         try:
-            producer.topic(t).check_partition(p)
+            if t not in topics:
+                topics[t] = get_topic(store, t)
+            topics[t].check_partition(p)
         except CtpError as e:
             raise CtpError(f"{name}: record {i + 1}: {e}") from None
-    for start in range(0, len(parsed), batch):
-        chunks: dict[tuple[str, int], list[Record]] = defaultdict(list)
-        for t, p, rec in parsed[start:start + batch]:
-            chunks[(t, p)].append(rec)
-        yield sorted(chunks.items())
+    digest = hashlib.sha256(raw + f"\nbatch-records={batch}".encode()).hexdigest()[:32]
+
+    def batches():
+        for start in range(0, len(parsed), batch):
+            chunks: dict[tuple[str, int], list[Record]] = defaultdict(list)
+            for t, p, rec in parsed[start:start + batch]:
+                chunks[(t, p)].append(rec)
+            yield sorted(chunks.items())
+
+    return batches(), f"file-{digest}"
 
 
 # --- status -----------------------------------------------------------------------------
@@ -372,9 +427,6 @@ def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Leave L0 objects younger than this for the next run."),
         click.option("--l1-grace-seconds", type=float, default=3600.0, show_default=True,
                      help="Leave uncommitted L1 files younger than this (a reconciler may be writing them)."),
-        click.option("--summary-max-age", type=float, default=900.0, show_default=True,
-                     help="Use the newest reconcile summary for partition states if it is this fresh "
-                          "(seconds; 0: always read the state logs)."),
         click.option("--report-dir", type=click.Path(file_okay=False), default=None,
                      help="Where the GX project, Data Docs and the GC summary page go "
                           "[default: $CTP_REPORT_DIR or ./ctp-report]."),
@@ -397,8 +449,7 @@ def _gc_config(**kw: Any) -> Any:
 @_gc_options
 @command
 def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None, in_flight: int,
-       publish_report: bool, grace_seconds: float, l1_grace_seconds: float, summary_max_age: float,
-       report_dir: str | None) -> None:
+       publish_report: bool, grace_seconds: float, l1_grace_seconds: float, report_dir: str | None) -> None:
     """Garbage-collect L0 objects with epoch <= M, behind the Great Expectations gate.
 
     Reads C, then every partition; M = min(C - 1, min M(p)); runs the checkpoint (M
@@ -409,7 +460,7 @@ def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None
     from expectations.job import gc_job, report_dir_from_env
 
     config = _gc_config(dry_run=dry_run, grace_s=grace_seconds, l1_grace_s=l1_grace_seconds,
-                        max_deletes=max_deletes, in_flight=in_flight, summary_max_age_s=summary_max_age)
+                        max_deletes=max_deletes, in_flight=in_flight)
     report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env()
     with _progress() as progress:
         task = progress.add_task("reading partitions", total=None)
@@ -453,12 +504,11 @@ def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None
 @_gc_options
 @command
 def validate_cmd(store: ObjectStore, as_json: bool, grace_seconds: float, l1_grace_seconds: float,
-                 summary_max_age: float, report_dir: str | None) -> None:
+                 report_dir: str | None) -> None:
     """Run the Great Expectations checkpoint alone: nothing is deleted or recorded."""
     from expectations.job import report_dir_from_env, validate_job
 
-    config = _gc_config(dry_run=True, grace_s=grace_seconds, l1_grace_s=l1_grace_seconds,
-                        summary_max_age_s=summary_max_age)
+    config = _gc_config(dry_run=True, grace_s=grace_seconds, l1_grace_s=l1_grace_seconds)
     report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env()
     ok, failures, info = validate_job(store, config, report_dir)
     if as_json:

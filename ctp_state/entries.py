@@ -1,22 +1,26 @@
 """Partition state-log entries: frozen, versioned, tagged records and their one codec.
 
-An entry is stored as one JSON object ``{"v": 1, "kind": ..., ...}`` at the key of its
-log offset. Decoding refuses an unknown version or kind with an error that names the
-key; nothing is guessed.
+An entry is stored as one sealed JSON object ``{"kind": ..., "v": 2, ..., "crc": ...}``
+(see :mod:`ctp_state.codec`) at the key of its log offset: its CRC32C covers the bytes
+written, so a flipped digit or an edit is caught when the entry is read. Version 1
+entries (written before checksums) are still read; they carry no checksum. Decoding
+refuses an unknown version or kind, a bad checksum or a malformed field with an error
+that names the key; nothing is guessed.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from typing import Any, ClassVar, Union
 
-from ctp_state import validate
+from ctp_state import codec, validate
 from ctp_state.errors import CorruptData, UnsupportedVersion
 
-ENTRY_VERSION = 1
-SUPPORTED_ENTRY_VERSIONS = (1,)
+ENTRY_VERSION = 2
+SUPPORTED_ENTRY_VERSIONS = (1, 2)  # 1: before checksums, read but never written
+#: Fields written only when set, so the common entry stays small.
+_OPTIONAL = ("writer_epoch", "producer_id", "sequence", "fingerprint")
 
 
 class AccessMode(str, Enum):
@@ -47,6 +51,12 @@ class Placeholder:
     record_count: int
     crc32c: int
     writer_epoch: int | None = None  # set by producers that hold a claim
+    # R8: an idempotent producer's id, the sequence number of the chunk's first record
+    # among everything that producer sent to this partition, and the CRC32C of the
+    # records' keys, values and headers (what a re-send of this batch must match).
+    producer_id: str | None = None
+    sequence: int | None = None
+    fingerprint: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,18 +114,22 @@ _KINDS: dict[str, type] = {c.kind: c for c in (Init, Placeholder, Reconcile, Adv
 def encode(entry: Entry) -> bytes:
     body: dict[str, Any] = {"v": ENTRY_VERSION, "kind": entry.kind}
     for k, v in asdict(entry).items():
+        if v is None and k in _OPTIONAL:
+            continue
         body[k] = v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v
-    return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    return codec.seal(body)
 
 
 def decode(data: bytes, key: str) -> Entry:
     """Decode one entry; raise :class:`CorruptData`/:class:`UnsupportedVersion` naming ``key``."""
-    try:
-        body = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CorruptData(key, f"entry is not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
-    if not isinstance(body, dict):
-        raise CorruptData(key, "entry is not a JSON object")
+    if codec.is_sealed(data):
+        body = codec.unseal(data, key, "state-log entry")
+        if body.get("v") == 1:
+            raise CorruptData(key, "version 1 entries are never sealed")
+    else:
+        body = codec.loads(data, key, "state-log entry")
+        if body.get("v") in SUPPORTED_ENTRY_VERSIONS and body.get("v") != 1:
+            raise CorruptData(key, f"version {body.get('v')} entry has no checksum (it is truncated or was edited)")
     version = body.pop("v", None)
     if version not in SUPPORTED_ENTRY_VERSIONS:
         raise UnsupportedVersion(key, "entry", version, SUPPORTED_ENTRY_VERSIONS)
@@ -134,6 +148,10 @@ def decode(data: bytes, key: str) -> Entry:
     return entry
 
 
+def _epoch(body: dict, name: str) -> int:
+    return validate.int64(body[name], what=name, minimum=1, maximum=validate.MAX_EPOCH)
+
+
 def _int(body: dict, name: str, minimum: int = 0) -> int:
     return validate.int64(body[name], what=name, minimum=minimum)
 
@@ -141,7 +159,7 @@ def _int(body: dict, name: str, minimum: int = 0) -> int:
 def _build(cls: type, body: dict) -> Entry:
     try:
         if cls is Init:
-            return Init(epoch=_int(body, "epoch", 1))
+            return Init(epoch=_epoch(body, "epoch"))
         if cls is Placeholder:
             l0_key = body["l0_key"]
             if not isinstance(l0_key, str) or not l0_key:
@@ -150,14 +168,22 @@ def _build(cls: type, body: dict) -> Entry:
             if crc > 0xFFFFFFFF:
                 raise ValueError("crc32c must fit in 32 bits")
             we = body.get("writer_epoch")
+            pid, seq, fp = body.get("producer_id"), body.get("sequence"), body.get("fingerprint")
+            if not ((pid is None) == (seq is None) == (fp is None)):
+                raise ValueError("producer_id, sequence and fingerprint come together")
+            if pid is not None and (not isinstance(pid, str) or not pid or len(pid) > 128):
+                raise ValueError("producer_id must be a non-empty string of at most 128 characters")
             return Placeholder(
-                epoch=_int(body, "epoch", 1),
+                epoch=_epoch(body, "epoch"),
                 l0_key=l0_key,
                 byte_offset=_int(body, "byte_offset"),
                 byte_length=_int(body, "byte_length", 1),
                 record_count=_int(body, "record_count", 1),
                 crc32c=crc,
                 writer_epoch=None if we is None else validate.int64(we, what="writer_epoch", minimum=1),
+                producer_id=pid,
+                sequence=None if seq is None else validate.int64(seq, what="sequence"),
+                fingerprint=None if fp is None else validate.int64(fp, what="fingerprint", maximum=0xFFFFFFFF),
             )
         if cls is Reconcile:
             keys = body["l1_keys"]
@@ -167,11 +193,11 @@ def _build(cls: type, body: dict) -> Entry:
                 through_log_offset=_int(body, "through_log_offset"),
                 last_record_offset=_int(body, "last_record_offset", -1),
                 l1_keys=tuple(keys),
-                min_epoch_lower_bound=_int(body, "min_epoch_lower_bound", 1),
+                min_epoch_lower_bound=_epoch(body, "min_epoch_lower_bound"),
                 writer_epoch=_int(body, "writer_epoch", 1),
             )
         if cls is Advance:
-            return Advance(epoch=_int(body, "epoch", 1), writer_epoch=_int(body, "writer_epoch", 1))
+            return Advance(epoch=_epoch(body, "epoch"), writer_epoch=_int(body, "writer_epoch", 1))
         if cls is Claim:
             owner = body["owner"]
             if not isinstance(owner, str) or not owner:

@@ -173,6 +173,37 @@ class UnknownWriterEpoch(Rejected):
         )
 
 
+class OutOfOrderSequence(Rejected):
+    """R8: an idempotent producer's batch does not follow the last one applied; the
+    batch was not written. A gap means an earlier batch never reached the log."""
+
+    code = "out_of_order_sequence"
+
+    def __init__(self, topic: str, partition: int, producer_id: str, sequence: int, expected: int):
+        self.topic, self.partition, self.producer_id = topic, partition, producer_id
+        self.sequence, self.expected = sequence, expected
+        super().__init__(
+            f"{topic}/{partition}: producer {producer_id!r} sent sequence {sequence}, the partition expects "
+            f"{expected}; the batch was not written (send the earlier records first)"
+        )
+
+
+class SequenceConflict(Rejected):
+    """R8: a batch re-uses sequence numbers an applied batch of the same producer holds,
+    with other records. The new batch was not written."""
+
+    code = "sequence_conflict"
+
+    def __init__(self, topic: str, partition: int, producer_id: str, sequence: int, base_offset: int):
+        self.topic, self.partition, self.producer_id = topic, partition, producer_id
+        self.sequence, self.base_offset = sequence, base_offset
+        super().__init__(
+            f"{topic}/{partition}: producer {producer_id!r} already wrote other records under sequence "
+            f"{sequence} (at offset {base_offset}); this batch was not written (a producer id names one "
+            "sequence of records: use a new producer id for new records)"
+        )
+
+
 class ClaimHeld(Rejected):
     """R5: an exclusive claim was asked for while another owner holds a live claim."""
 
@@ -197,6 +228,21 @@ class InvalidTransition(Rejected):
         super().__init__(f"{topic}/{partition}: {reason}")
 
 
+class OutcomeUnknown(CtpError):
+    """I4: an append was sent but whether it was applied could not be learned (the store
+    stayed unreachable after the response was lost). The entry may be in the log.
+    Re-sending the same records with the same producer id never duplicates them."""
+
+    code = "unknown"
+
+    def __init__(self, topic: str, partition: int, offset: int, cause: str):
+        self.topic, self.partition, self.offset, self.cause = topic, partition, offset, cause
+        super().__init__(
+            f"{topic}/{partition}: the outcome of the append at log offset {offset} is unknown ({cause}); "
+            "it may have been written: re-send with the same producer id, which never duplicates"
+        )
+
+
 class ContentionTimeout(CtpError):
     """An append lost the create-if-absent race more times than the retry budget allows."""
 
@@ -205,6 +251,18 @@ class ContentionTimeout(CtpError):
 
 
 # --- garbage collection ------------------------------------------------------------
+
+
+class StateUnreadable(CtpError):
+    """R9: the GC deletes nothing while any partition's state cannot be read.
+    ``problems`` lists ``(topic, partition, why)``."""
+
+    def __init__(self, problems: list[tuple[str, int, str]]):
+        self.problems = list(problems)
+        shown = "; ".join(f"{t}/{p}: {why}" for t, p, why in self.problems[:3])
+        more = f"; and {len(self.problems) - 3} more" if len(self.problems) > 3 else ""
+        super().__init__(f"GC deleted nothing: the state of {len(self.problems)} partition(s) cannot be read: "
+                         f"{shown}{more} (run `ctp verify` for the whole picture)")
 
 
 class GateFailed(CtpError):

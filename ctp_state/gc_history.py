@@ -7,10 +7,11 @@
     gc/partitions/<seq:020d>.parquet  that run's view of every partition (M(p), lower
                                       bounds, the L1 sweep's watermarks)
 
-A record is written once with create-if-absent, so two GC runs can never both own a
-seq, and nothing rewrites a record. Readers find the newest seq from the hint and a
-listing after it, then read only the tail they need: the cost of a GC does not grow
-with its own history.
+A record is written once with create-if-absent (a :class:`~ctp_state.sequence.DenseSequence`
+of sealed records), so two GC runs can never both own a seq, nothing rewrites a
+record, and a flipped digit in one is caught when it is read. Readers find the newest
+seq from the hint and a listing after it, then read only the tail they need: the cost
+of a GC does not grow with its own history.
 
 Which runs count for monotonic M (I3): runs whose gate passed (``ok``, ``partial``:
 some deletes still failed after retries, ``dry_run``).
@@ -23,20 +24,21 @@ passing run has recorded, so the check reaches back over all time, not just the 
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctp_state.errors import CorruptData, KeyExists, ObjectNotFound, UnsupportedVersion
+from ctp_state.errors import CorruptData, ObjectNotFound, UnsupportedVersion
+from ctp_state.sequence import DenseSequence
 from ctp_state.store import ObjectStore
 
 HISTORY_PREFIX = "gc/history/"
 HISTORY_HINT = "gc/history/hint"
 PARTITIONS_PREFIX = "gc/partitions/"
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+SUPPORTED_RECORD_VERSIONS = (1, 2)  # 1: before records were sealed
 PASSED = ("ok", "partial", "dry_run")
 
 PARTITION_SCHEMA = pa.schema([
@@ -64,57 +66,30 @@ def partitions_key(seq: int) -> str:
     return f"{PARTITIONS_PREFIX}{seq:020d}.parquet"
 
 
-def decode_record(data: bytes, key: str) -> dict[str, Any]:
-    try:
-        rec = json.loads(data)
-    except ValueError as e:
-        raise CorruptData(key, f"GC history record is not JSON ({e})") from None
-    if not isinstance(rec, dict) or "v" not in rec:
-        raise CorruptData(key, "GC history record has no version")
-    if rec["v"] != RECORD_VERSION:
-        raise UnsupportedVersion(key, "GC history record", rec["v"], (RECORD_VERSION,))
-    return rec
-
-
 class GcHistory:
     def __init__(self, store: ObjectStore):
         self.store = store
+        self.seq = DenseSequence(store, HISTORY_PREFIX, "GC history record", legacy_version=1)
+
+    def _checked(self, rec: dict[str, Any], key: str) -> dict[str, Any]:
+        if rec.get("v") not in SUPPORTED_RECORD_VERSIONS:
+            raise UnsupportedVersion(key, "GC history record", rec.get("v"), SUPPORTED_RECORD_VERSIONS)
+        return rec
 
     def last_seq(self) -> int:
-        """The newest seq in the history, -1 when empty: the hint, then a listing after it."""
-        try:
-            hint = int(self.store.get(HISTORY_HINT).decode())
-        except (ObjectNotFound, ValueError):
-            hint = -1
-        last = hint
-        start = record_key(hint) if hint >= 0 else None
-        for info in self.store.list(HISTORY_PREFIX, start_after=start):
-            name = info.key[len(HISTORY_PREFIX):]
-            if name.endswith(".json") and name[:-5].isdigit():
-                last = max(last, int(name[:-5]))
-        return last
+        """The newest seq in the history, -1 when empty."""
+        return self.seq.last()
 
     def get(self, seq: int) -> dict[str, Any]:
-        key = record_key(seq)
-        return decode_record(self.store.get(key), key)
+        return self._checked(self.seq.get(seq), record_key(seq))
 
     def tail(self, n: int, last: int | None = None) -> list[dict[str, Any]]:
         """The newest ``n`` records, oldest first."""
-        last = self.last_seq() if last is None else last
-        out = []
-        for seq in range(max(0, last - n + 1), last + 1):
-            try:
-                out.append(self.get(seq))
-            except ObjectNotFound:
-                continue  # a seq an appender lost to a crash before writing; never reused
-        return out
+        return [self._checked(r, record_key(r.get("seq", -1))) for r in self.seq.tail(n, last)]
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every record, oldest first (for reports and audits, not for the GC's own path)."""
-        for info in self.store.list(HISTORY_PREFIX):
-            name = info.key[len(HISTORY_PREFIX):]
-            if name.endswith(".json") and name[:-5].isdigit():
-                yield decode_record(self.store.get(info.key), info.key)
+        return iter(self.tail(self.last_seq() + 1))
 
     def append(self, make: Callable[[int], dict[str, Any]], *, attempts: int = 32) -> dict[str, Any]:
         """Write ``make(seq)`` at the next free seq, create-if-absent; retry on a lost race.
@@ -122,17 +97,7 @@ class GcHistory:
         ``make`` is called again with the new seq after a lost race, so a record can
         reflect the runs that won before it.
         """
-        seq = self.last_seq() + 1
-        for _ in range(attempts):
-            rec = {"v": RECORD_VERSION, "seq": seq, **make(seq)}
-            try:
-                self.store.put_if_absent(record_key(seq), json.dumps(rec, indent=1, sort_keys=True).encode())
-            except KeyExists:
-                seq = self.last_seq() + 1
-                continue
-            self.store.put(HISTORY_HINT, str(seq).encode())
-            return rec
-        raise CorruptData(HISTORY_PREFIX, f"could not append a GC history record in {attempts} attempts")
+        return self.seq.append(lambda seq: {"v": RECORD_VERSION, **make(seq)}, attempts=attempts)
 
     # --- per-run partition views ---
 

@@ -1,8 +1,11 @@
 """One GC run: inputs, M, the gate, deletes, the history record.
 
-1. Read the cluster epoch C, then every partition of every topic (R4): from the newest
-   reconcile summary where it is fresh (started after the previous GC finished, so its
-   values are no older than what that GC saw), from the state logs otherwise.
+1. Read the cluster epoch C, then every partition of every topic from its state log
+   (R4): the newest snapshot plus the entries after it, as every reader reads it. If
+   any partition's state cannot be read, the run deletes nothing and is recorded as
+   ``failed`` with the partitions and why (R9). Reconcile run summaries never decide
+   M; the newest one (by the store's sequence, not a clock) only adds why a partition
+   is held back (a quarantined chunk, R7).
 2. M = min(C - 1, min M(p)), with the partitions that set it and why (R7).
 3. Sweep L1 for orphans (listing only what is new since the last sweep) and check the
    newly committed L1 files' offsets.
@@ -10,7 +13,9 @@
    ``expectations/``) over three tables: the GC history with the candidate M, the
    partition states against the previous run's, the new L1 files. If anything fails,
    the run is recorded as ``gate_failed`` and :class:`GateFailed` is raised: nothing
-   was deleted. A plain-Python backstop repeats the monotonic-M check.
+   was deleted. A plain-Python backstop repeats the monotonic-M check and checks,
+   independently of the lower bounds, that no pending placeholder anywhere has an
+   epoch <= M (I1).
 5. List L0 per spread prefix up to M, then (unless a dry run) delete L0 objects and L1
    orphans.
 6. Append the history record and this run's partition view.
@@ -22,7 +27,7 @@ nothing half-done that matters: deletes are idempotent and the next run lists ag
 from __future__ import annotations
 
 import hashlib
-import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -35,15 +40,14 @@ from ctp_state import gc_l1, layout
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import CorruptData, CtpError, GateFailed
+from ctp_state.errors import CtpError, GateFailed, StateUnreadable
 from ctp_state.gc import GcCounters, Holdback, MDecision, compute_m, delete_objects, plan_l0_deletes
 from ctp_state.gc_history import PARTITION_SCHEMA, PASSED, GcHistory, high_water
-from ctp_state.reconcile import RUNS_PREFIX, state_fields
-from ctp_state.status import read_partition_states, select_topics
+from ctp_state.reconcile import state_fields, summaries
+from ctp_state.status import try_read_partition_states, select_topics
 from ctp_state.store import ObjectStore
 
-#: A summary must have started this long after the previous GC finished (clock skew).
-SKEW_MARGIN_MS = 5_000
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class GcConfig:
     max_deletes: int | None = None  # L0 objects per run, lowest epochs first; None: all
     in_flight: int = 4  # DeleteObjects batches in flight
     list_threads: int = 8
-    summary_max_age_s: float = 900.0  # 0: always read the state logs
+    read_threads: int = 32  # partitions whose state is read at once
     history_tail: int = 50
     verify_l1_rows: bool = True  # read the offset column of each new L1 file
     l1_sweep: bool = True
@@ -65,8 +69,8 @@ class GcConfig:
             raise ValueError("grace must be >= 0 seconds")
         if self.max_deletes is not None and self.max_deletes < 0:
             raise ValueError("max deletes must be >= 0")
-        if self.in_flight < 1 or self.list_threads < 1:
-            raise ValueError("in-flight batches and list threads must be >= 1")
+        if self.in_flight < 1 or self.list_threads < 1 or self.read_threads < 1:
+            raise ValueError("in-flight batches, list and read threads must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ class PartitionView:
 
     topic: str
     partition: int
-    source: str  # "log" | "summary"
+    source: str  # where the view came from: "log" (a partition's own state log)
     initialized: bool
     min_epoch_lower_bound: int | None
     previous_applied_epoch: int | None
@@ -98,6 +102,7 @@ class PartitionView:
     lag_records: int
     lag_bytes: int
     holders: tuple[sm.Holder, ...]
+    min_pending_epoch: int | None = None
 
     @property
     def m(self) -> int | None:
@@ -105,61 +110,43 @@ class PartitionView:
 
     @classmethod
     def of_state(cls, s: sm.PartitionState) -> PartitionView:
-        return cls.of_summary(s.topic, s.partition, state_fields(s), source="log")
-
-    @classmethod
-    def of_summary(cls, topic: str, partition: int, f: dict[str, Any], source: str = "summary") -> PartitionView:
-        """From :func:`ctp_state.reconcile.state_fields` output, as a run summary holds it."""
+        f = state_fields(s)
         holders = tuple(sm.Holder(o, AccessMode(m), 0, int(lu)) for o, m, lu in f["holders"])
-        return cls(topic, partition, source, f["initialized"], f["min_epoch_lower_bound"],
+        return cls(s.topic, s.partition, "log", f["initialized"], f["min_epoch_lower_bound"],
                    f["previous_applied_epoch"], f["max_applied_epoch"], f["last_reconciled_offset"],
-                   f["log_end_offset"], f["lag_entries"], f["lag_records"], f["lag_bytes"], holders)
+                   f["log_end_offset"], f["lag_entries"], f["lag_records"], f["lag_bytes"], holders,
+                   f["min_pending_epoch"])
 
 
 # --- inputs ----------------------------------------------------------------------------------
 
 
-def newest_summary(store: ObjectStore, now_ms: int, max_age_s: float) -> dict[str, Any] | None:
-    """The newest reconcile summary that started within ``max_age_s``; lists only those."""
-    if max_age_s <= 0:
-        return None
-    since = max(0, now_ms - int(max_age_s * 1000))
-    newest = None
-    for info in store.list(RUNS_PREFIX, start_after=f"{RUNS_PREFIX}{since:015d}"):
-        newest = info.key
-    if newest is None:
-        return None
+def newest_summary(store: ObjectStore) -> dict[str, Any] | None:
+    """The newest reconcile run summary by the store's sequence, for R7 annotations
+    only; a summary that does not read is skipped (it cannot change M)."""
     try:
-        return json.loads(store.get(newest))
-    except ValueError as e:
-        raise CorruptData(newest, f"reconcile summary is not JSON ({e})") from None
+        return summaries(store).newest()
+    except CtpError as e:
+        log.warning("ignoring the newest reconcile summary: %s", e)
+        return None
 
 
-def gather(store: ObjectStore, *, now_ms: int, summary: dict[str, Any] | None,
-           not_before_ms: int | None, threads: int = 32) -> tuple[int, list[PartitionView], str | None]:
-    """C first, then every partition (R4). Returns (C, views, id of the summary used)."""
+def gather(store: ObjectStore, *, threads: int = 32) -> tuple[int, list[PartitionView]]:
+    """C first, then every partition's state from its log (R4). Raises
+    :class:`StateUnreadable`, naming every partition that does not read, if any."""
     c = ClusterEpoch(store).current()
-    topics = select_topics(store)
-    usable: dict[tuple[str, int], dict[str, Any]] = {}
-    used = None
-    if summary and (not_before_ms is None or summary.get("started_ms", 0) >= not_before_ms + SKEW_MARGIN_MS):
-        for p in summary.get("partitions", []):
-            if p.get("state") and p["status"] != "error":
-                usable[(p["topic"], p["partition"])] = p["state"]
-        used = summary.get("run_id") if usable else None
-    wanted = [(t.name, p) for t in topics for p in range(t.partitions)]
-    views = {k: PartitionView.of_summary(k[0], k[1], usable[k]) for k in wanted if k in usable}
-    missing = [k for k in wanted if k not in views]
-    for s in read_partition_states(store, missing, threads=threads):
-        views[(s.topic, s.partition)] = PartitionView.of_state(s)
-    return c, [views[k] for k in wanted], used
+    wanted = [(t.name, p) for t in select_topics(store) for p in range(t.partitions)]
+    states, problems = try_read_partition_states(store, wanted, threads=threads)
+    if problems:
+        raise StateUnreadable(problems)
+    return c, [PartitionView.of_state(s) for s in states]  # type: ignore[arg-type]
 
 
 def quarantined_of(summary: dict[str, Any] | None) -> dict[tuple[str, int], tuple[str | None, str]]:
     if not summary:
         return {}
     return {(p["topic"], p["partition"]): (p.get("key"), p.get("reason") or "quarantined")
-            for p in summary.get("partitions", []) if p["status"] == "quarantined"}
+            for p in summary.get("partitions", []) if p.get("status") == "quarantined"}
 
 
 def m_digest(views: list[PartitionView]) -> str:
@@ -179,6 +166,7 @@ STATE_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("source", pa.string()),
     ("min_epoch_lower_bound", pa.int64()), ("previous_min_epoch_lower_bound", pa.int64()),
     ("previous_applied_epoch", pa.int64()), ("max_applied_epoch", pa.int64()),
+    ("min_pending_epoch", pa.int64()), ("candidate_m", pa.int64()),
 ])
 
 
@@ -191,12 +179,13 @@ def history_table(tail: list[dict[str, Any]], candidate: dict[str, Any]) -> pa.T
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 
 
-def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int]) -> pa.Table:
+def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int], m: int | None) -> pa.Table:
     return pa.Table.from_pylist([
         {"topic": v.topic, "partition": v.partition, "source": v.source,
          "min_epoch_lower_bound": v.min_epoch_lower_bound,
          "previous_min_epoch_lower_bound": previous.get((v.topic, v.partition)),
-         "previous_applied_epoch": v.previous_applied_epoch, "max_applied_epoch": v.max_applied_epoch}
+         "previous_applied_epoch": v.previous_applied_epoch, "max_applied_epoch": v.max_applied_epoch,
+         "min_pending_epoch": v.min_pending_epoch, "candidate_m": m}
         for v in views], schema=STATE_SCHEMA)
 
 
@@ -230,7 +219,7 @@ class Prepared:
     cluster_epoch: int
     views: list[PartitionView]
     decision: MDecision
-    summary_used: str | None
+    summary_used: str | None  # the reconcile summary the R7 reasons came from
     sweeps: list[gc_l1.SweepResult]
     watermarks: dict[tuple[str, int], tuple[int, int]]
     new_marks: dict[tuple[str, int], tuple[int, int]]
@@ -253,9 +242,9 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
     ref = next((r for r in reversed(passed) if r.get("partitions_key")), None)
 
     on_progress("read", 0, 1)
-    summary = newest_summary(store, started_ms, config.summary_max_age_s)
-    not_before = max((r["finished_ms"] for r in tail if r.get("finished_ms")), default=None)
-    c, views, summary_used = gather(store, now_ms=started_ms, summary=summary, not_before_ms=not_before)
+    c, views = gather(store, threads=config.read_threads)
+    summary = newest_summary(store)
+    summary_used = summary.get("run_id") if summary else None
     on_progress("read", 1, 1)
     decision: MDecision = compute_m(c, views, now_ms=started_ms, quarantined=quarantined_of(summary))  # type: ignore[arg-type]
 
@@ -284,7 +273,7 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
     frames = {
         "gc_history": history_table(tail, {"seq": last + 1, "m": decision.m, "cluster_epoch": c,
                                            "m_high_water_before": hw_before, "started_ms": started_ms}),
-        "partition_state": state_table(views, previous_lb),
+        "partition_state": state_table(views, previous_lb, decision.m),
         "l1_files": gc_l1.check_table(sweeps),
     }
     return Prepared(run_id, started_ms, history, last, hw_before, c, views, decision, summary_used, sweeps,
@@ -298,6 +287,11 @@ def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
     m, hw = p.decision.m, p.m_high_water_before
     if result.success and m is not None and hw is not None and m < hw:
         failures.append(f"backstop: candidate M={m} is below the highest recorded M={hw}")
+    if m is not None:  # I1, independently of the lower bounds that gave M
+        low = [v for v in p.views if v.min_pending_epoch is not None and v.min_pending_epoch <= m]
+        for v in low[:10]:
+            failures.append(f"backstop: {v.topic}/{v.partition} has a pending placeholder at epoch "
+                            f"{v.min_pending_epoch} <= M={m} (I1: its L0 object must not be deleted)")
     if m is None and not failures:
         failures.append("M is null: " + "; ".join(r for h in p.decision.held_by for r in h.reasons)[:300])
     return result, failures
@@ -320,13 +314,17 @@ def run_gc(
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
     """One GC run; returns its history record. Raises :class:`GateFailed` (nothing
-    deleted) when the checkpoint fails."""
-    p = prepare(store, config, on_progress=on_progress, clock=clock)
+    deleted) when the checkpoint fails, :class:`StateUnreadable` (nothing deleted, the
+    run recorded as ``failed``) when a partition's state cannot be read."""
+    try:
+        p = prepare(store, config, on_progress=on_progress, clock=clock)
+    except StateUnreadable as e:
+        _record_unreadable(store, config, e, clock)
+        raise
     decision, history = p.decision, p.history
     base: dict[str, Any] = {
         "run_id": p.run_id, "started_ms": p.started_ms, "dry_run": config.dry_run, "cluster_epoch": p.cluster_epoch,
         "m": decision.m, "m_high_water_before": p.m_high_water_before, "partitions": len(p.views),
-        "partitions_from_summary": sum(1 for v in p.views if v.source == "summary"),
         "summary_run_id": p.summary_used, "m_digest": m_digest(p.views),
         "held_by": [_holdback(h) for h in decision.held_by[:20]], "held_by_count": len(decision.held_by),
         "config": {"grace_s": config.grace_s, "l1_grace_s": config.l1_grace_s, "max_deletes": config.max_deletes},
@@ -399,6 +397,23 @@ def run_gc(
     status = "partial" if counters.delete_errors or l1_res.delete_errors else "ok"
     return finish(status, {**gate_info, **_counts(counters), **plan, **l1_info}, with_view=True,
                   marks=p.new_marks if not l1_res.delete_errors else None)
+
+
+def _record_unreadable(store: ObjectStore, config: GcConfig, e: StateUnreadable, clock: Callable[[], float]) -> None:
+    """Put a run that could not read every partition on record: which ones, and why."""
+    now = int(clock() * 1000)
+    held = [{"topic": t, "partition": p, "m": None, "reasons": [f"state cannot be read: {why}"]}
+            for t, p, why in e.problems[:20]]
+    history = GcHistory(store)
+    tail = history.tail(1)
+    rec = {"run_id": f"{now}-unreadable", "started_ms": now, "finished_ms": now, "seconds": 0.0,
+           "dry_run": config.dry_run, "status": "failed", "error": str(e), "m": None,
+           "m_high_water": high_water(tail), "held_by": held, "held_by_count": len(e.problems),
+           "deleted": 0, "listed": 0}
+    try:
+        history.append(lambda seq: rec)
+    except CtpError as err:  # the run stays failed either way; say so in the log
+        log.warning("could not record the failed GC run: %s", err)
 
 
 def _counts(c: GcCounters) -> dict[str, Any]:

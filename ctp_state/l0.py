@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import google_crc32c
 import pyarrow as pa
@@ -66,9 +66,24 @@ class ChunkRef:
     byte_length: int
     record_count: int
     crc32c: int
+    # R8: CRC32C of the chunk's keys, values and headers (not its timestamps, which a
+    # re-send may default differently): what a re-sent batch must match. Not stored.
+    fingerprint: int = field(default=0, compare=False)
+
+
+def _ipc(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
 
 
 def encode_chunk(records: Sequence[Record]) -> bytes:
+    return encode_chunk_and_fingerprint(records)[0]
+
+
+def encode_chunk_and_fingerprint(records: Sequence[Record]) -> tuple[bytes, int]:
+    """The chunk's bytes, and the CRC32C of its records without their timestamps."""
     table = pa.record_batch(
         [
             pa.array([r.timestamp_ms for r in records], pa.int64()),
@@ -78,10 +93,7 @@ def encode_chunk(records: Sequence[Record]) -> bytes:
         ],
         schema=CHUNK_SCHEMA,
     )
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, CHUNK_SCHEMA) as writer:
-        writer.write_batch(table)
-    return sink.getvalue().to_pybytes()
+    return _ipc(table), crc32c(_ipc(table.drop_columns(["timestamp"])))
 
 
 def build_object(epoch: int, chunks: Iterable[tuple[str, int, Sequence[Record]]]) -> tuple[bytes, list[ChunkRef]]:
@@ -92,8 +104,8 @@ def build_object(epoch: int, chunks: Iterable[tuple[str, int, Sequence[Record]]]
     for topic, partition, records in chunks:
         if not records:
             continue
-        data = encode_chunk(records)
-        refs.append(ChunkRef(topic, partition, pos, len(data), len(records), crc32c(data)))
+        data, fingerprint = encode_chunk_and_fingerprint(records)
+        refs.append(ChunkRef(topic, partition, pos, len(data), len(records), crc32c(data), fingerprint))
         parts.append(data)
         pos += len(data)
     footer = json.dumps(

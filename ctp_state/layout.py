@@ -93,3 +93,15 @@ def parse_l0_key(key: str) -> tuple[int, int]:
 
 def l1_key(topic: str, partition: int, first: int, last: int) -> str:
     return f"{L1_ROOT}{topic}/{partition:06d}/{first:020d}-{last:020d}.parquet"
+
+
+_L1_RE = re.compile(r"l1/([A-Za-z0-9._-]{1,249})/(\d{6})/(\d{20})-(\d{20})\.parquet")
+
+
+def parse_l1_key(key: str) -> tuple[str, int, int, int]:
+    """Return ``(topic, partition, first offset, last offset)`` of an L1 key; raise
+    :class:`CorruptData` naming a key that is not one."""
+    m = _L1_RE.fullmatch(key)
+    if not m or int(m.group(4)) < int(m.group(3)):
+        raise CorruptData(key, "not an L1 key l1/<topic>/<partition>/<first>-<last>.parquet")
+    return m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))

@@ -7,10 +7,23 @@ retries with an entry rebuilt from the fresher state, a bounded number of times.
 Reading a partition's current state costs one GET (the newest snapshot), one LIST
 (entries after it) and one GET per tail entry; whoever sees a tail of
 ``snapshot_every`` entries or more writes a new snapshot, so the tail stays short.
+A snapshot is only a cache of the log: one that fails its checksum or its
+self-consistency check is set aside (logged, counted) and the state is rebuilt from
+the log's first entry, then the snapshot is rewritten. Writing a snapshot is best
+effort: an append that landed is never reported as failed because its snapshot was not.
+
+Offset 0 is the partition's init entry and nothing else: nothing but an init is ever
+appended to a log that has none (R9).
+
+When the store fails an append's create (a lost response, a 5xx after the write), the
+append writes the same bytes to the same key again: an identical entry at that offset
+is its own, another entry there means it lost the race. If the store stays unreachable
+the outcome is :class:`~ctp_state.errors.OutcomeUnknown`, never a rejection (I4).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,12 +31,25 @@ from dataclasses import dataclass
 from ctp_state import entries as en
 from ctp_state import layout
 from ctp_state import state as sm
-from ctp_state.entries import AccessMode, Claim, Entry, Release
-from ctp_state.errors import ClaimHeld, ContentionTimeout, CorruptData, KeyExists, LogGap, ObjectNotFound
+from ctp_state.entries import AccessMode, Claim, Entry, Init, Release
+from ctp_state.errors import (
+    ClaimHeld,
+    ContentionTimeout,
+    CorruptData,
+    InvalidTransition,
+    LogGap,
+    ObjectNotFound,
+    OutcomeUnknown,
+    StoreError,
+)
+from ctp_state.sequence import CreateOutcomeUnknown, create_once
 from ctp_state.store import ObjectStore
 
 DEFAULT_SNAPSHOT_EVERY = 64
 DEFAULT_APPEND_ATTEMPTS = 64
+#: Attempts to learn an append's outcome after the store failed it (each after a backoff).
+DEFAULT_RESOLVE_ATTEMPTS = 6
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +70,18 @@ class PartitionLog:
         *,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         max_attempts: int = DEFAULT_APPEND_ATTEMPTS,
+        resolve_attempts: int = DEFAULT_RESOLVE_ATTEMPTS,
+        resolve_backoff_s: float = 0.1,
+        sleep: Callable[[float], None] = time.sleep,
     ):
         self.store, self.topic, self.partition = store, topic, partition
         self.prefix = layout.log_prefix(topic, partition)
         self.snapshot_every = snapshot_every
         self.max_attempts = max_attempts
+        self.resolve_attempts, self.resolve_backoff_s, self._sleep = resolve_attempts, resolve_backoff_s, sleep
         self._snapshot_offset = -1
+        #: Why the last snapshot read was set aside (None when it was fine or absent).
+        self.snapshot_problem: str | None = None
 
     def key(self, offset: int) -> str:
         return layout.log_entry(self.topic, self.partition, offset)
@@ -59,15 +91,27 @@ class PartitionLog:
 
     # --- reading ---
 
-    def read_snapshot(self) -> sm.PartitionState:
+    def read_snapshot(self, *, strict: bool = False) -> sm.PartitionState:
+        """The newest snapshot's state, or the empty state when there is none. A
+        snapshot that does not check out is set aside (the empty state is returned and
+        ``snapshot_problem`` says why) unless ``strict``, which raises."""
         key = layout.snapshot(self.topic, self.partition)
+        self.snapshot_problem = None
         try:
             data = self.store.get(key)
         except ObjectNotFound:
             return self.empty_state()
-        st = sm.decode_snapshot(data, key)
-        if (st.topic, st.partition) != (self.topic, self.partition):
-            raise CorruptData(key, f"snapshot belongs to {st.topic}/{st.partition}")
+        try:
+            st = sm.decode_snapshot(data, key)
+            if (st.topic, st.partition) != (self.topic, self.partition):
+                raise CorruptData(key, f"snapshot belongs to {st.topic}/{st.partition}")
+        except CorruptData as e:
+            if strict:
+                raise
+            self.snapshot_problem = str(e)
+            log.warning("%s; rebuilding %s/%d from its log", e, self.topic, self.partition)
+            self._snapshot_offset = -1
+            return self.empty_state()
         self._snapshot_offset = max(self._snapshot_offset, st.applied_offset)
         return st
 
@@ -94,8 +138,14 @@ class PartitionLog:
         return state
 
     def _maybe_snapshot(self, state: sm.PartitionState) -> None:
-        if state.applied_offset - self._snapshot_offset >= self.snapshot_every:
-            self.write_snapshot(state)
+        stale = state.applied_offset - self._snapshot_offset >= self.snapshot_every
+        if stale or (self.snapshot_problem is not None and state.applied_offset >= 0):
+            try:
+                self.write_snapshot(state)
+            except (StoreError, OSError) as e:  # a cache: the next reader writes it
+                log.warning("could not write the snapshot of %s/%d: %s", self.topic, self.partition, e)
+            else:
+                self.snapshot_problem = None
 
     def write_snapshot(self, state: sm.PartitionState) -> None:
         # A plain overwrite is safe: snapshots are deterministic and a racing writer
@@ -113,27 +163,37 @@ class PartitionLog:
         """Append ``make_entry(state)`` at the next offset, catching up and rebuilding
         the entry on every lost race. Returns the offset and the verdict of ``apply``.
 
-        Idempotent under retried requests: if the contested offset holds exactly the
-        bytes we tried to write (our own PUT whose response was lost), it is ours.
+        Raises :class:`InvalidTransition` without writing anything if the log has no
+        init entry and this is not one, and :class:`OutcomeUnknown` if the store failed
+        the write and kept failing while the append tried to learn its outcome.
         """
         for _ in range(self.max_attempts):
+            if not state.initialized:
+                state = self.catch_up(state)  # the init may have landed meanwhile
             entry = make_entry(state)
+            if state.initialized == isinstance(entry, Init):
+                raise InvalidTransition(
+                    self.topic, self.partition,
+                    "partition is not initialized (its topic creation is unfinished: run `ctp topic create` "
+                    "again); nothing was written" if not state.initialized else "the log already has its init entry")
             data = en.encode(entry)
             offset = state.applied_offset + 1
-            try:
-                self.store.put_if_absent(self.key(offset), data)
-            except KeyExists:
-                key = self.key(offset)
-                if self.store.get(key) == data:
-                    outcome = sm.apply(state, offset, entry)
-                    self._maybe_snapshot(outcome.state)
-                    return Appended(offset, outcome)
-                state = self.catch_up(state)
-                continue
-            outcome = sm.apply(state, offset, entry)
-            self._maybe_snapshot(outcome.state)
-            return Appended(offset, outcome)
+            if self._create(self.key(offset), data, offset):
+                outcome = sm.apply(state, offset, entry)
+                self._maybe_snapshot(outcome.state)
+                return Appended(offset, outcome)
+            state = self.catch_up(state)
         raise ContentionTimeout(f"append to {self.topic}/{self.partition}", self.max_attempts)
+
+    def _create(self, key: str, data: bytes, offset: int) -> bool:
+        """Create ``key`` holding ``data``: True when it holds our bytes, False when
+        another writer's entry is there. Raises :class:`OutcomeUnknown` when the store
+        keeps failing."""
+        try:
+            return create_once(self.store, key, data, attempts=self.resolve_attempts,
+                               backoff_s=self.resolve_backoff_s, sleep=self._sleep)
+        except CreateOutcomeUnknown as e:
+            raise OutcomeUnknown(self.topic, self.partition, offset, e.cause) from None
 
     # --- R5 claims ---
 

@@ -3,9 +3,20 @@
 A flush (1) reads the cluster epoch (through a TTL cache), (2) uploads one L0 object
 whose key embeds that epoch, (3) for each partition's chunk fences the epoch (R1) and
 appends one placeholder to the partition's state log, and (4) returns one verdict per
-partition: accepted with its base offset, or rejected with the reason and the
-partition's window. A rejected write is always reported (I4); the L0 object of a
-rejected chunk becomes garbage that the GC collects once its epoch is <= M.
+partition: accepted with its base offset, a duplicate of a batch already in the log,
+rejected with the reason and the partition's window, or unknown (I4). A rejected write
+is always reported; the L0 object of a rejected chunk becomes garbage that the GC
+collects once its epoch is <= M.
+
+Produce is idempotent (R8, Kafka's idempotent producer): a producer has an id, and
+each placeholder carries the sequence number of its first record among everything the
+producer sent to that partition. The state machine drops a batch it already applied,
+so re-sending after a lost response never duplicates. A producer's next sequence
+number for a partition moves past a batch only when the log took it (accepted or
+duplicate); a rejected or unknown batch leaves it, so re-sending those records re-uses
+their sequence numbers. A producer id names one sequence of records: two producers
+must never share one, unless one re-sends exactly what the other sent, in order
+(``ctp produce`` derives its id from its input for that reason).
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from ctp_state import layout, validate
 from ctp_state import state as sm
 from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch, EpochCache
-from ctp_state.errors import CtpError, Rejected
+from ctp_state.errors import CtpError, OutcomeUnknown, Rejected
 from ctp_state.fence import EpochFence
 from ctp_state.l0 import ChunkRef, Record, build_object
 from ctp_state.log import PartitionLog
@@ -35,9 +46,11 @@ DEFAULT_SPREAD_WIDTH = 16
 class PartitionWriter:
     """One process's handle on one partition: its state, its fence, its log."""
 
-    def __init__(self, log: PartitionLog, writer_epoch: int | None = None):
+    def __init__(self, log: PartitionLog, writer_epoch: int | None = None, producer_id: str | None = None):
         self.log = log
         self.writer_epoch = writer_epoch
+        self.producer_id = producer_id
+        self.next_seq = 0  # R8: sequence number of the next record to send, when idempotent
         self._state_lock = threading.Lock()
         # Re-entrant: the lazy state load below may run while an append holds it.
         self._append_lock = threading.RLock()
@@ -70,13 +83,19 @@ class PartitionWriter:
             self._state = new
 
     def append_placeholder(self, ph: Placeholder) -> tuple[int, sm.Outcome]:
-        """Fence ``ph.epoch`` and append ``ph``. Raises StaleClusterEpoch if the fence
-        refuses; otherwise returns the log offset and the apply verdict (R2 may still
-        reject it: the log, not this process's window, has the last word)."""
+        """Fence ``ph.epoch`` and append ``ph`` (with this writer's producer id and next
+        sequence number, if it has an id). Raises StaleClusterEpoch if the fence
+        refuses, OutcomeUnknown if the store left the outcome open; otherwise returns
+        the log offset and the apply verdict (R2 may still reject it: the log, not this
+        process's window, has the last word)."""
         with self.fence.fence(ph.epoch):
             with self._append_lock:
+                if self.producer_id is not None:
+                    ph = replace(ph, producer_id=self.producer_id, sequence=self.next_seq)
                 appended = self.log.append(self._get_state(), lambda s: ph)
                 self._install(appended.outcome.state)
+                if appended.outcome.accepted and self.producer_id is not None:
+                    self.next_seq += ph.record_count
         return appended.offset, appended.outcome
 
 
@@ -88,12 +107,24 @@ class Verdict:
     partition: int
     records: int
     l0_key: str
-    base_offset: int | None = None  # set when accepted
+    base_offset: int | None = None  # set when accepted (None for a duplicate too old to know)
     error: CtpError | None = None  # set when not accepted
+    duplicate: bool = False  # R8: the log already held this batch; nothing was added
 
     @property
     def accepted(self) -> bool:
+        """The records are in the log exactly once (written now, or before)."""
         return self.error is None
+
+    @property
+    def outcome(self) -> str:
+        """``accepted``, ``duplicate``, ``rejected`` (not in the log) or ``unknown``
+        (may be in the log: re-send with the same producer id)."""
+        if isinstance(self.error, OutcomeUnknown):
+            return "unknown"
+        if self.error is not None:
+            return "rejected"
+        return "duplicate" if self.duplicate else "accepted"
 
     @property
     def reason(self) -> str | None:
@@ -114,10 +145,15 @@ class Producer:
         append_threads: int = 16,
         rng: random.Random | None = None,
         epochs: EpochCache | None = None,
+        producer_id: str | None = None,
     ):
         if not 1 <= spread_width <= 1000:
             raise ValueError(f"spread width must be in [1, 1000], got {spread_width}")
+        if producer_id is not None and (not producer_id or len(producer_id) > 128):
+            raise ValueError("a producer id is a non-empty string of at most 128 characters")
         self.store = store
+        #: R8: a fresh id per producer unless one is given (see the module docstring).
+        self.producer_id = producer_id or uuid.uuid4().hex
         self.epochs = epochs or EpochCache(ClusterEpoch(store), ttl_s=epoch_ttl_s)
         self.spread_width = spread_width
         self._rng = rng or random.Random()
@@ -149,7 +185,8 @@ class Producer:
         with self._lock:
             w = self._writers.get((topic, partition))
             if w is None:
-                w = self._writers[(topic, partition)] = PartitionWriter(PartitionLog(self.store, topic, partition))
+                w = self._writers[(topic, partition)] = PartitionWriter(
+                    PartitionLog(self.store, topic, partition), producer_id=self.producer_id)
             return w
 
     def send(self, topic: str, partition: int, record: Record) -> None:
@@ -173,7 +210,12 @@ class Producer:
         e = validate.epoch(epoch if epoch is not None else self.epochs.get())
         data, refs = build_object(e, ((t, p, recs) for (t, p), recs in chunks))
         key = layout.l0_key(self._rng.randrange(self.spread_width), e, uuid.uuid4().hex)
-        self.store.put(key, data)
+        try:
+            self.store.put(key, data)
+        except (CtpError, OSError) as err:
+            # No placeholder was appended, so none of these records is in the log: rejected.
+            failure = err if isinstance(err, CtpError) else CtpError(f"writing L0 object {key}: {err}")
+            return [Verdict(r.topic, r.partition, r.record_count, key, error=failure) for r in refs]
         futures = [self._pool.submit(self._append, key, e, ref) for ref in refs]
         verdicts = [f.result() for f in futures]
         if any(v.reason == "stale_epoch" for v in verdicts):
@@ -182,24 +224,32 @@ class Producer:
 
     def _append(self, key: str, epoch: int, ref: ChunkRef) -> Verdict:
         w = self.writer(ref.topic, ref.partition)
-        ph = Placeholder(epoch, key, ref.byte_offset, ref.byte_length, ref.record_count, ref.crc32c, w.writer_epoch)
+        ph = Placeholder(epoch, key, ref.byte_offset, ref.byte_length, ref.record_count, ref.crc32c, w.writer_epoch,
+                         fingerprint=ref.fingerprint if w.producer_id is not None else None)
         try:
             _, outcome = w.append_placeholder(ph)
-        except Rejected as e:  # the in-process fence refused it
+        except Rejected as e:  # the in-process fence refused it, or the log has no init: nothing written
             return Verdict(ref.topic, ref.partition, ref.record_count, key, error=e)
-        except CtpError as e:  # the store failed: not acknowledged, reported as such
+        except OutcomeUnknown as e:  # sent, but whether it landed could not be learned
             return Verdict(ref.topic, ref.partition, ref.record_count, key, error=e)
+        except (CtpError, OSError) as e:
+            # Failed before anything was sent (reading the partition's state), or a
+            # contention timeout: every create that was sent lost its race. Not written.
+            err = e if isinstance(e, CtpError) else CtpError(f"{ref.topic}/{ref.partition}: {e}")
+            return Verdict(ref.topic, ref.partition, ref.record_count, key, error=err)
         if outcome.rejected is not None:
             return Verdict(ref.topic, ref.partition, ref.record_count, key, error=outcome.rejected)
-        return Verdict(ref.topic, ref.partition, ref.record_count, key, base_offset=outcome.base_offset)
+        return Verdict(ref.topic, ref.partition, ref.record_count, key, base_offset=outcome.base_offset,
+                       duplicate=outcome.duplicate)
 
 
 def write_with_retry(
     producer: Producer, chunks: list[tuple[tuple[str, int], list[Record]]], *, attempts: int = 3
 ) -> tuple[list[Verdict], list[Verdict]]:
     """Write ``chunks``; re-send chunks rejected for a stale epoch with a fresh epoch,
-    up to ``attempts`` flushes in all. Returns ``(accepted, still_rejected)``: nothing
-    is dropped without being in one of the two lists."""
+    up to ``attempts`` flushes in all. Returns ``(accepted, not_accepted)``: the second
+    list holds rejected and unknown verdicts (see :attr:`Verdict.outcome`); nothing is
+    dropped without being in one of the two lists."""
     accepted: list[Verdict] = []
     pending = [c for c in chunks if c[1]]
     rejected: list[Verdict] = []

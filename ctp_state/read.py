@@ -1,10 +1,11 @@
 """Reading a partition's records from an offset, across L1 and not-yet-reconciled L0.
 
-Only L1 files named by *accepted* ``reconcile`` entries are read (a file a crashed
-reconciler wrote but never committed is an orphan, never a duplicate), then the
-pending placeholders' L0 chunks. The log is replayed from its start to find the
-accepted reconcile entries, so this costs O(log length): a tool for checking that
-nothing is lost, not a serving path.
+The partition's state is read as every other reader reads it (the newest snapshot plus
+the entries after it): it names the committed L1 files (those of accepted ``reconcile``
+entries; a file a crashed reconciler wrote but never committed is an orphan, never a
+duplicate) and the pending placeholders, whose L0 chunks hold the rest. So a read
+costs what a state read costs, plus the data, and an old entry that went bad after a
+snapshot covered it does not stop reads (``ctp verify`` reports it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctp_state import state as sm
-from ctp_state.entries import Reconcile
 from ctp_state.l1 import SCHEMA, read_chunk, read_l1, to_l1_table
 from ctp_state.log import PartitionLog
 from ctp_state.store import ObjectStore
@@ -21,20 +21,9 @@ from ctp_state.topics import get_topic
 
 
 def committed_l1_keys(log: PartitionLog) -> tuple[list[str], sm.PartitionState]:
-    """Replay the log; return the L1 keys of accepted reconciles, in order, and the state."""
-    state = log.empty_state()
-    keys: list[str] = []
-    for offset, entry in log.entries():
-        out = sm.apply(state, offset, entry)
-        if isinstance(entry, Reconcile) and out.accepted:
-            keys.extend(entry.l1_keys)
-        state = out.state
-    return keys, state
-
-
-def _range_of(key: str) -> tuple[int, int]:
-    first, last = key.rsplit("/", 1)[1].removesuffix(".parquet").split("-")
-    return int(first), int(last)
+    """The keys of the committed L1 files, in offset order, and the state they come from."""
+    state = log.read_state()
+    return state.committed_l1_keys(), state
 
 
 def read_partition(store: ObjectStore, topic: str, partition: int, from_offset: int = 0,
@@ -42,7 +31,7 @@ def read_partition(store: ObjectStore, topic: str, partition: int, from_offset: 
     """Records of ``topic``/``partition`` with offset >= ``from_offset``, in offset order,
     in the L1 schema."""
     get_topic(store, topic).check_partition(partition)
-    keys, state = committed_l1_keys(PartitionLog(store, topic, partition))
+    state = PartitionLog(store, topic, partition).read_state()
     tables: list[pa.Table] = []
     rows = 0
 
@@ -55,9 +44,7 @@ def read_partition(store: ObjectStore, topic: str, partition: int, from_offset: 
         rows += t.num_rows
         return limit is not None and rows >= limit
 
-    for key in keys:
-        if _range_of(key)[1] < from_offset:
-            continue
+    for key in state.committed_l1_keys(from_offset):
         if add(read_l1(store, key).select(SCHEMA.names).cast(SCHEMA)):
             break
     else:

@@ -12,7 +12,9 @@ A run:
 5. commits per partition one ``reconcile`` entry (through-offset, L1 keys, the new
    lower bound computed from the state at commit time), then an ``advance`` entry if
    the partition is caught up and behind C (R6), then releases the claim;
-6. writes a run summary to the store (``runs/reconcile/...``) and returns it.
+6. appends a run summary to the store (``runs/reconcile/<seq>.json``, a dense sequence:
+   which summary is newest is decided by the store, not by this machine's clock) and
+   returns it.
 
 Crash safety: L1 keys are deterministic, so a rerun rewrites the same files; readers
 follow only committed keys, so a file written before a crash and never committed is an
@@ -22,7 +24,6 @@ quarantined: nothing is committed for it and its M(p) stays where it was.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -39,10 +40,17 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, Rejected
 from ctp_state.l1 import L1File, build_file
 from ctp_state.log import PartitionLog
+from ctp_state.sequence import DenseSequence
 from ctp_state.status import read_states, select_topics
 from ctp_state.store import ObjectStore
 
 RUNS_PREFIX = "runs/reconcile/"
+SUMMARY_VERSION = 2
+
+
+def summaries(store: ObjectStore) -> DenseSequence:
+    """The reconcile run summaries, oldest first by seq."""
+    return DenseSequence(store, RUNS_PREFIX, "reconcile run summary")
 MiB = 1024 * 1024
 
 
@@ -138,6 +146,7 @@ def state_fields(s: sm.PartitionState) -> dict[str, Any]:
         "lag_entries": s.lag_entries,
         "lag_records": s.lag_records,
         "lag_bytes": s.lag_bytes,
+        "min_pending_epoch": s.min_pending_epoch,
         "holders": [[h.owner, h.mode.value, h.lease_until_ms] for h in s.holders],
     }
 
@@ -277,8 +286,7 @@ def run_reconcile(
     _pmap(commit, list(enumerate(claimed)), config.threads)
 
     summary = _summarize(run_id, started_ms, c, config, reports)
-    store.put(f"{RUNS_PREFIX}{started_ms:015d}-{run_id}.json", json.dumps(summary, indent=1).encode())
-    return summary
+    return summaries(store).append(lambda seq: summary)
 
 
 def _verdict_status(e: Exception) -> str:
@@ -298,7 +306,7 @@ def _summarize(run_id: str, started_ms: int, c: int, config: ReconcileConfig,
     count = lambda status: sum(1 for p in parts if p["status"] == status)  # noqa: E731
     finished_ms = int(time.time() * 1000)
     return {
-        "v": 1,
+        "v": SUMMARY_VERSION,
         "run_id": run_id,
         "started_ms": started_ms,
         "finished_ms": finished_ms,

@@ -8,15 +8,19 @@ it entry by entry.
 Persisted fields are what a snapshot holds. The fence window (``max_seen_epoch``,
 ``oldest_accepted_epoch``) is volatile: it is never snapshotted and collapses to
 ``[max_applied_epoch]`` on recovery (R1).
+
+Besides the epochs, the state keeps what readers need without replaying the log from
+its start: the committed L1 files (as the last offset of each; they tile the records
+from offset 0 to the last reconciled one) and, per idempotent producer, the sequence
+numbers it has had applied (R8), so a re-sent batch is recognised and dropped.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ctp_state import validate
+from ctp_state import codec, layout, validate
 from ctp_state.entries import (
     AccessMode,
     Advance,
@@ -31,17 +35,27 @@ from ctp_state.errors import (
     ClaimHeld,
     CorruptData,
     InvalidTransition,
+    OutOfOrderSequence,
     Rejected,
+    SequenceConflict,
     StaleClusterEpoch,
     UnknownWriterEpoch,
     UnsupportedVersion,
     WriterFenced,
 )
 
-SNAPSHOT_VERSION = 1
-SUPPORTED_SNAPSHOT_VERSIONS = (1,)
+SNAPSHOT_VERSION = 2
+#: Version 1 snapshots predate checksums and the L1 file list; they are set aside and
+#: the state is rebuilt from the log (a snapshot is only ever a cache of the log).
+SUPPORTED_SNAPSHOT_VERSIONS = (2,)
 #: How many writer-epoch start offsets a partition remembers (for end-offset queries).
 WRITER_EPOCH_HISTORY = 256
+#: R8: how many producers a partition remembers, the least recently written dropped
+#: first. A re-send is recognised only from a producer the partition still remembers.
+MAX_PRODUCERS = 256
+#: R8: how many of a producer's newest batches are kept to answer a re-send with the
+#: batch's offset and to check it holds the same records (Kafka keeps five as well).
+PRODUCER_BATCHES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +85,30 @@ class Holder:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerBatch:
+    """One applied batch of an idempotent producer: its first sequence number, record
+    count, the record offset it got and its records' fingerprint."""
+
+    first_seq: int
+    record_count: int
+    base_offset: int
+    fingerprint: int
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + self.record_count - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSeq:
+    """R8: what a partition remembers of one idempotent producer."""
+
+    producer_id: str
+    last_seq: int  # sequence number of the last record applied
+    batches: tuple[ProducerBatch, ...]  # its newest batches, oldest first
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionState:
     topic: str
     partition: int
@@ -88,6 +126,8 @@ class PartitionState:
     holders: tuple[Holder, ...] = ()
     writer_epoch_starts: tuple[tuple[int, int], ...] = ()  # (writer epoch, log offset)
     pending: tuple[Pending, ...] = ()
+    l1_ends: tuple[int, ...] = ()  # last record offset of each committed L1 file, in order
+    producers: tuple[ProducerSeq, ...] = ()  # least recently written first
     # --- volatile: the sliding fence window, never snapshotted ---
     max_seen_epoch: int | None = field(default=None, compare=False)
     oldest_accepted_epoch: int | None = field(default=None, compare=False)
@@ -123,6 +163,21 @@ class PartitionState:
         return sum(p.record_count for p in self.pending)
 
     @property
+    def min_pending_epoch(self) -> int | None:
+        """The smallest epoch any pending placeholder carries: the GC's independent
+        check is that this is above M (I1)."""
+        return min((p.epoch for p in self.pending), default=None)
+
+    def committed_l1_keys(self, from_offset: int = 0) -> list[str]:
+        """Keys of the committed L1 files holding offsets >= ``from_offset``, in order."""
+        out, first = [], 0
+        for last in self.l1_ends:
+            if last >= from_offset:
+                out.append(layout.l1_key(self.topic, self.partition, first, last))
+            first = last + 1
+        return out
+
+    @property
     def persisted(self) -> PartitionState:
         """This state as a snapshot holds it: the window dropped."""
         return replace(self, max_seen_epoch=None, oldest_accepted_epoch=None)
@@ -132,7 +187,8 @@ class PartitionState:
 class Outcome:
     state: PartitionState
     rejected: Rejected | None = None
-    base_offset: int | None = None  # for an accepted placeholder
+    base_offset: int | None = None  # for an accepted placeholder (None: a duplicate too old to know)
+    duplicate: bool = False  # R8: a re-sent batch already applied; nothing changed
 
     @property
     def accepted(self) -> bool:
@@ -160,8 +216,8 @@ def apply(state: PartitionState, offset: int, entry: Entry) -> Outcome:
         if not state.initialized:
             raise InvalidTransition(state.topic, state.partition, "partition is not initialized")
         if isinstance(entry, Placeholder):
-            new, base = _apply_placeholder(moved, offset, entry)
-            return Outcome(new, base_offset=base)
+            new, base, duplicate = _apply_placeholder(moved, offset, entry)
+            return Outcome(new, base_offset=base, duplicate=duplicate)
         if isinstance(entry, Reconcile):
             return Outcome(_apply_reconcile(moved, offset, entry))
         if isinstance(entry, Advance):
@@ -183,7 +239,11 @@ def replay(state: PartitionState, first_offset: int, entries: list[Entry]) -> Pa
 
 
 def _apply_init(s: PartitionState, offset: int, e: Init) -> PartitionState:
-    if s.initialized or offset != 0:
+    # The first init initializes the log. Writers put it at offset 0 and never write
+    # anything else there (ctp_state.log); an init at a later offset exists only in a
+    # log an older ctp damaged, written by `ctp topic create` to repair it. Every entry
+    # before it was rejected ("not initialized"), so nothing it follows ever took effect.
+    if s.initialized:
         raise InvalidTransition(s.topic, s.partition, f"init entry at offset {offset} of an initialized log")
     return replace(
         s,
@@ -221,14 +281,32 @@ def _slide_seen(s: PartitionState) -> PartitionState:
     return replace(s, max_seen_epoch=s.max_applied_epoch, oldest_accepted_epoch=oldest)
 
 
-def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[PartitionState, int]:
+def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[PartitionState, int | None, bool]:
     if e.writer_epoch is not None:
         _check_writer(s, e.writer_epoch)
+    # R9: the key must say the same epoch, or the GC's listing (by key) and M (by the
+    # entry) would disagree about this chunk.
+    try:
+        key_epoch: int | None = layout.parse_l0_key(e.l0_key)[1]
+    except CorruptData:
+        key_epoch = None
+    if key_epoch != e.epoch:
+        raise InvalidTransition(s.topic, s.partition, f"placeholder for epoch {e.epoch} points at {e.l0_key!r}, "
+                                "which is not an L0 key of that epoch")
+    known = _producer(s, e.producer_id)
+    if known is not None:
+        dup = _duplicate_of(s, known, e)
+        if dup is not None:
+            return s, dup[0], True
     # R2: deterministic, independent of any in-process fence.
     if e.epoch < s.previous_applied_epoch:  # type: ignore[operator]
         raise StaleClusterEpoch(
             s.topic, s.partition, e.epoch, (s.previous_applied_epoch, s.max_applied_epoch)  # type: ignore[arg-type]
         )
+    if e.producer_id is not None:
+        expected = 0 if known is None else known.last_seq + 1
+        if e.sequence != expected:
+            raise OutOfOrderSequence(s.topic, s.partition, e.producer_id, e.sequence, expected)  # type: ignore[arg-type]
     if e.epoch > s.max_applied_epoch:  # type: ignore[operator]
         s = replace(
             s,
@@ -239,7 +317,41 @@ def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[
     base = s.next_offset
     pending = Pending(offset, e.epoch, e.l0_key, e.byte_offset, e.byte_length, e.record_count, e.crc32c, base)
     s = replace(s, next_offset=base + e.record_count, pending=s.pending + (pending,))
-    return _slide_seen(s), base
+    if e.producer_id is not None:
+        s = _remember(s, known, e, base)
+    return _slide_seen(s), base, False
+
+
+def _producer(s: PartitionState, producer_id: str | None) -> ProducerSeq | None:
+    if producer_id is None:
+        return None
+    return next((p for p in s.producers if p.producer_id == producer_id), None)
+
+
+def _duplicate_of(s: PartitionState, known: ProducerSeq, e: Placeholder) -> tuple[int | None] | None:
+    """R8: ``(base offset or None,)`` if ``e`` re-sends a batch already applied, None
+    if it is new. A re-send that does not line up with what was applied is refused."""
+    first, last = e.sequence, e.sequence + e.record_count - 1  # type: ignore[operator]
+    if first > known.last_seq:
+        return None
+    if last > known.last_seq:
+        raise OutOfOrderSequence(s.topic, s.partition, known.producer_id, first, known.last_seq + 1)
+    for b in known.batches:
+        if b.first_seq == first:
+            if (b.record_count, b.fingerprint) != (e.record_count, e.fingerprint):
+                raise SequenceConflict(s.topic, s.partition, known.producer_id, first, b.base_offset)
+            return (b.base_offset,)
+        if b.first_seq <= last and first <= b.last_seq:  # overlaps a known batch another way
+            raise SequenceConflict(s.topic, s.partition, known.producer_id, first, b.base_offset)
+    return (None,)  # older than the batches kept: applied long ago
+
+
+def _remember(s: PartitionState, known: ProducerSeq | None, e: Placeholder, base: int) -> PartitionState:
+    batch = ProducerBatch(e.sequence, e.record_count, base, e.fingerprint)  # type: ignore[arg-type]
+    batches = ((known.batches if known else ()) + (batch,))[-PRODUCER_BATCHES:]
+    entry = ProducerSeq(e.producer_id, batch.last_seq, batches)  # type: ignore[arg-type]
+    others = tuple(p for p in s.producers if p.producer_id != e.producer_id)
+    return replace(s, producers=(others + (entry,))[-MAX_PRODUCERS:])
 
 
 def allowed_lower_bound(s: PartitionState, through_log_offset: int) -> int:
@@ -270,6 +382,7 @@ def _apply_reconcile(s: PartitionState, offset: int, e: Reconcile) -> PartitionS
             f"reconcile claims records through offset {e.last_record_offset}, "
             f"the log has them through {expected_last}",
         )
+    ends = _l1_ends_of(s, e)
     allowed = allowed_lower_bound(s, e.through_log_offset)
     if not (s.min_epoch_lower_bound <= e.min_epoch_lower_bound <= allowed):  # type: ignore[operator]
         raise InvalidTransition(
@@ -285,7 +398,28 @@ def _apply_reconcile(s: PartitionState, offset: int, e: Reconcile) -> PartitionS
         last_reconciled_offset=e.last_record_offset,
         min_epoch_lower_bound=e.min_epoch_lower_bound,
         pending=s.pending[len(covered) :],
+        l1_ends=s.l1_ends + ends,
     )
+
+
+def _l1_ends_of(s: PartitionState, e: Reconcile) -> tuple[int, ...]:
+    """R9: a reconcile's L1 files must be this partition's and tile the records it
+    covers, each starting where the previous ended; their last offsets."""
+    first, ends = s.last_reconciled_offset + 1, []
+    for key in e.l1_keys:
+        try:
+            topic, partition, lo, hi = layout.parse_l1_key(key)
+        except CorruptData:
+            topic, partition, lo, hi = "", -1, -1, -1
+        if (topic, partition, lo) != (s.topic, s.partition, first):
+            raise InvalidTransition(s.topic, s.partition, f"reconcile names L1 file {key!r}, expected one of "
+                                    f"{s.topic}/{s.partition} starting at offset {first}")
+        ends.append(hi)
+        first = hi + 1
+    if first - 1 != e.last_record_offset:
+        raise InvalidTransition(s.topic, s.partition, f"reconcile's L1 files end at offset {first - 1}, "
+                                f"it claims records through {e.last_record_offset}")
+    return tuple(ends)
 
 
 def _apply_advance(s: PartitionState, offset: int, e: Advance) -> PartitionState:
@@ -412,23 +546,30 @@ def encode_snapshot(s: PartitionState) -> bytes:
             [p.log_offset, p.epoch, p.l0_key, p.byte_offset, p.byte_length, p.record_count, p.crc32c, p.base_offset]
             for p in s.pending
         ],
+        "l1_ends": list(s.l1_ends),
+        "producers": [[p.producer_id, p.last_seq, [[b.first_seq, b.record_count, b.base_offset, b.fingerprint]
+                                                   for b in p.batches]] for p in s.producers],
     }
-    return json.dumps(body, separators=(",", ":")).encode()
+    return codec.seal(body)
 
 
 def decode_snapshot(data: bytes, key: str) -> PartitionState:
-    """Decode a snapshot into a recovered state (window collapsed)."""
-    try:
-        b = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CorruptData(key, f"snapshot is not valid JSON ({e})") from None
-    if not isinstance(b, dict):
-        raise CorruptData(key, "snapshot is not a JSON object")
+    """Decode a snapshot into a recovered state (window collapsed). Raises
+    :class:`CorruptData` if its checksum fails, a field is malformed, or it is not
+    self-consistent (see :func:`inconsistencies`)."""
+    if not codec.is_sealed(data):
+        b = codec.loads(data, key, "snapshot")
+        if b.get("v") == 1:
+            raise UnsupportedVersion(key, "snapshot", 1, SUPPORTED_SNAPSHOT_VERSIONS)
+        raise CorruptData(key, "snapshot has no checksum (it is truncated, or was edited)")
+    b = codec.unseal(data, key, "snapshot")
     if b.get("v") not in SUPPORTED_SNAPSHOT_VERSIONS:
         raise UnsupportedVersion(key, "snapshot", b.get("v"), SUPPORTED_SNAPSHOT_VERSIONS)
     try:
-        opt = lambda name: None if b[name] is None else validate.int64(b[name], what=name, minimum=1)  # noqa: E731
+        opt = lambda name: None if b[name] is None else validate.int64(  # noqa: E731
+            b[name], what=name, minimum=1, maximum=validate.MAX_EPOCH)
         num = lambda name, lo=-1: validate.int64(b[name], what=name, minimum=lo)  # noqa: E731
+        i64 = lambda v, what, lo=0: validate.int64(v, what=what, minimum=lo)  # noqa: E731
         s = PartitionState(
             topic=validate.topic_name(b["topic"]),
             partition=num("partition", 0),
@@ -442,13 +583,82 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
             next_offset=num("next_offset", 0),
             writer_epoch=num("writer_epoch", 0),
             fence_floor=num("fence_floor", 0),
-            holders=tuple(Holder(o, AccessMode(m), int(we), int(lu)) for o, m, we, lu in b["holders"]),
-            writer_epoch_starts=tuple((int(we), int(off)) for we, off in b["writer_epoch_starts"]),
+            holders=tuple(Holder(_str(o, "holder owner"), AccessMode(m), i64(we, "holder writer epoch", 1),
+                                 i64(lu, "lease")) for o, m, we, lu in b["holders"]),
+            writer_epoch_starts=tuple((i64(we, "writer epoch", 1), i64(off, "writer epoch start"))
+                                      for we, off in b["writer_epoch_starts"]),
             pending=tuple(
-                Pending(int(a), int(e), str(k), int(bo), int(bl), int(rc), int(c), int(base))
+                Pending(i64(a, "pending log offset"), i64(e, "pending epoch", 1), _str(k, "pending L0 key"),
+                        i64(bo, "byte offset"), i64(bl, "byte length", 1), i64(rc, "record count", 1),
+                        i64(c, "chunk crc32c"), i64(base, "base offset"))
                 for a, e, k, bo, bl, rc, c, base in b["pending"]
+            ),
+            l1_ends=tuple(i64(x, "L1 file end") for x in b["l1_ends"]),
+            producers=tuple(
+                ProducerSeq(_str(pid, "producer id"), i64(last, "producer sequence"),
+                            tuple(ProducerBatch(i64(f, "batch sequence"), i64(n, "batch records", 1),
+                                                i64(base, "batch offset"), i64(c, "batch fingerprint"))
+                                  for f, n, base, c in batches))
+                for pid, last, batches in b["producers"]
             ),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptData(key, f"malformed snapshot: {e}") from None
+    problems = inconsistencies(s)
+    if problems:
+        raise CorruptData(key, "snapshot is not self-consistent: " + "; ".join(problems[:3]))
     return recover(s)
+
+
+def _str(v: object, what: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise ValueError(f"{what} must be a non-empty string")
+    return v
+
+
+def inconsistencies(s: PartitionState) -> list[str]:
+    """What is wrong with a persisted state, as sentences; empty when it is consistent.
+
+    These hold for every state the fold produces, so a snapshot that breaks one was
+    damaged or forged (R9): pending epochs at or above the lower bound, the applied
+    epochs ordered, offsets that line up, L1 files that tile what was reconciled.
+    """
+    out: list[str] = []
+    if not s.initialized:
+        if (s.previous_applied_epoch, s.min_epoch_lower_bound) != (None, None) or s.pending or s.l1_ends \
+                or s.producers or s.next_offset or s.last_reconciled_offset != -1:
+            out.append("an uninitialized state holds data")
+        return out
+    lb, prev, top = s.min_epoch_lower_bound, s.previous_applied_epoch, s.max_applied_epoch
+    if lb is None or prev is None or not (lb <= prev <= top):  # type: ignore[operator]
+        out.append(f"epochs out of order: lower bound {lb}, previous applied {prev}, max applied {top}")
+        return out
+    if not (-1 <= s.epoch_window_offset <= s.applied_offset and -1 <= s.last_reconciled_log_offset <= s.applied_offset):
+        out.append("log offsets past the applied offset")
+    expected_base, last_log = s.last_reconciled_offset + 1, s.last_reconciled_log_offset
+    for p in s.pending:
+        if p.epoch < lb or p.epoch > top:  # type: ignore[operator]
+            out.append(f"pending placeholder at log offset {p.log_offset} has epoch {p.epoch}, "
+                       f"outside [lower bound {lb}, max applied {top}]")
+        if p.log_offset <= last_log or p.log_offset > s.applied_offset:
+            out.append(f"pending placeholder at log offset {p.log_offset} is out of order")
+        if p.base_offset != expected_base:
+            out.append(f"pending placeholder at log offset {p.log_offset} starts at record {p.base_offset}, "
+                       f"expected {expected_base}")
+        try:
+            if layout.parse_l0_key(p.l0_key)[1] != p.epoch:
+                out.append(f"pending placeholder at log offset {p.log_offset} names an L0 key of another epoch")
+        except CorruptData:
+            out.append(f"pending placeholder at log offset {p.log_offset} names a key that is not an L0 key")
+        last_log, expected_base = p.log_offset, p.last_offset + 1
+    if s.next_offset != expected_base:
+        out.append(f"next record offset {s.next_offset}, the pending placeholders end at {expected_base - 1}")
+    if any(b <= a for a, b in zip(s.l1_ends, s.l1_ends[1:])) or (s.l1_ends[-1] if s.l1_ends else -1) != \
+            s.last_reconciled_offset:
+        out.append(f"L1 files do not tile the records through the last reconciled offset {s.last_reconciled_offset}")
+    if s.fence_floor > s.writer_epoch or any(h.writer_epoch > s.writer_epoch for h in s.holders):
+        out.append(f"a claim is ahead of the writer epoch {s.writer_epoch}")
+    if len({p.producer_id for p in s.producers}) != len(s.producers) or any(
+            b.last_seq > p.last_seq or b.base_offset >= s.next_offset for p in s.producers for b in p.batches):
+        out.append("producer sequences are inconsistent")
+    return out

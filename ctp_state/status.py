@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ctp_state import state as sm
+from ctp_state.errors import CtpError
 from ctp_state.log import PartitionLog
 from ctp_state.store import ObjectStore
 from ctp_state.topics import Topic, get_topic, list_topics
@@ -30,6 +31,24 @@ def read_partition_states(store: ObjectStore, partitions: list[tuple[str, int]],
         return []
     with ThreadPoolExecutor(max_workers=min(threads, len(partitions))) as pool:
         return list(pool.map(lambda job: PartitionLog(store, *job).read_state(), partitions))
+
+
+def try_read_partition_states(store: ObjectStore, partitions: list[tuple[str, int]], *, threads: int = 32,
+                              ) -> tuple[list[sm.PartitionState | None], list[tuple[str, int, str]]]:
+    """Like :func:`read_partition_states`, but a partition that does not read is
+    reported as ``(topic, partition, why)`` (its slot is None) instead of raising."""
+    def one(job: tuple[str, int]) -> sm.PartitionState | str:
+        try:
+            return PartitionLog(store, *job).read_state()
+        except CtpError as e:
+            return str(e)
+
+    if not partitions:
+        return [], []
+    with ThreadPoolExecutor(max_workers=min(threads, len(partitions))) as pool:
+        got = list(pool.map(one, partitions))
+    problems = [(t, p, r) for (t, p), r in zip(partitions, got) if isinstance(r, str)]
+    return [None if isinstance(r, str) else r for r in got], problems
 
 
 def describe(s: sm.PartitionState) -> dict[str, Any]:

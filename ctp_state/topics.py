@@ -5,16 +5,24 @@ is the cluster epoch read for the ``init`` entries. So a GC that does not see th
 topic (it lists topics after reading C) knows the inits will carry an epoch >= its C;
 a GC that sees the topic but finds a partition without its init must not collect
 (see ``ctp_state.gc``). A crashed create is finished by running it again.
+
+Offset 0 of a partition log is its init entry and nothing else (ctp_state.log never
+appends anything else to a log without one). A log that an older ctp let a producer
+write to first holds a rejected placeholder at offset 0 and no init: running the
+create again repairs it by appending the init after those entries (which stay
+without effect), so the partition, and the GC, work again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ctp_state import layout, validate
-from ctp_state.entries import Init, encode
+from ctp_state.entries import Init, decode, encode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import (
     ConfigError,
@@ -30,6 +38,7 @@ from ctp_state.store import ObjectStore
 
 META_VERSION = 1
 MAX_PARTITIONS = 100_000
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +63,10 @@ def _decode(data: bytes, key: str) -> Topic:
         raise CorruptData(key, f"malformed topic metadata: {e}") from None
 
 
-def create_topic(store: ObjectStore, name: str, partitions: int, *, exist_ok: bool = False) -> Topic:
-    """Create ``name`` with ``partitions`` partitions, or finish a crashed creation."""
+def create_topic(store: ObjectStore, name: str, partitions: int, *, exist_ok: bool = False,
+                 on_repair: Callable[[int, str], None] | None = None) -> Topic:
+    """Create ``name`` with ``partitions`` partitions, or finish a crashed creation
+    (and repair logs an older ctp damaged; ``on_repair(partition, what)`` hears of each)."""
     validate.topic_name(name)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
         raise ConfigError(f"partition count must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}")
@@ -74,14 +85,40 @@ def create_topic(store: ObjectStore, name: str, partitions: int, *, exist_ok: bo
     epoch = ClusterEpoch(store).current()
     missing = 0
     for p in range(partitions):
+        entry0 = layout.log_entry(name, p, 0)
         try:
-            store.put_if_absent(layout.log_entry(name, p, 0), encode(Init(epoch)))
+            store.put_if_absent(entry0, encode(Init(epoch)))
             missing += 1
         except KeyExists:
-            pass
+            if resumed and _repair(store, name, p, entry0, on_repair):
+                missing += 1
     if resumed and not missing and not exist_ok:
         raise TopicExists(name, topic.partitions)
     return topic
+
+
+def _repair(store: ObjectStore, topic: str, partition: int, entry0: str,
+            on_repair: Callable[[int, str], None] | None) -> bool:
+    """Give a log whose offset 0 is not an init entry its init; True if it needed one."""
+    from ctp_state.log import PartitionLog  # the log builds on this module's peers
+
+    try:
+        if isinstance(decode(store.get(entry0), entry0), Init):
+            return False
+    except CorruptData:
+        pass  # unreadable offset 0: the log's own reader reports it below
+    plog = PartitionLog(store, topic, partition)
+    state = plog.read_state()
+    if state.initialized:
+        return False  # repaired already (by a racing create, or an earlier run)
+    epoch = ClusterEpoch(store).current()
+    appended = plog.append(state, lambda _s: Init(epoch))
+    what = (f"offset 0 held no init entry (written by an older ctp); appended the init at offset "
+            f"{appended.offset} with epoch {epoch}; the {appended.offset} entries before it stay without effect")
+    log.warning("%s/%d: %s", topic, partition, what)
+    if on_repair is not None:
+        on_repair(partition, what)
+    return True
 
 
 def get_topic(store: ObjectStore, name: str) -> Topic:

@@ -42,10 +42,10 @@ def epoch(value: object, *, what: str = "epoch") -> int:
     return value
 
 
-def int64(value: object, *, what: str, minimum: int = 0) -> int:
-    """Return ``value`` if it is an int in [minimum, INT64_MAX], else raise ValueError."""
+def int64(value: object, *, what: str, minimum: int = 0, maximum: int = INT64_MAX) -> int:
+    """Return ``value`` if it is an int in [minimum, maximum], else raise ValueError."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{what} must be an integer, got {value!r}")
-    if value < minimum or value > INT64_MAX:
-        raise ValueError(f"{what} must be in [{minimum}, {INT64_MAX}], got {value}")
+    if value < minimum or value > maximum:
+        raise ValueError(f"{what} must be in [{minimum}, {maximum}], got {value}")
     return value

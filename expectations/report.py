@@ -139,8 +139,8 @@ def write_summary_page(report_dir: str, records: Sequence[dict[str, Any]], *, do
             f'<span class="{"ok" if ok else "bad"}">{e(latest["status"])}</span></div>'
             f"<p>{_when(latest.get('started_ms'))}, {latest.get('seconds', 0)} s. "
             f"Cluster epoch C = {latest.get('cluster_epoch')}, M = {latest.get('m')} "
-            f"(highest M so far: {latest.get('m_high_water')}). {latest.get('partitions')} partitions "
-            f"({latest.get('partitions_from_summary', 0)} from the reconcile summary).</p>"
+            f"(highest M so far: {latest.get('m_high_water')}). {latest.get('partitions')} partitions, "
+            f"each read from its state log.</p>"
             f"<p>L0: listed {latest.get('listed', 0)}, {verb} {n or 0} objects ({_bytes(b)}), "
             f"failed {latest.get('delete_errors', 0)}, too young {latest.get('skipped_too_young', 0)}. "
             f"L1 orphans: {latest.get('l1_orphans', 0)} ({_bytes(latest.get('l1_orphan_bytes'))}).</p>")

@@ -130,7 +130,7 @@ def main() -> None:
     from ctp_state.gc_history import GcHistory
     from ctp_state.l0 import Record
     from ctp_state.producer import Producer, write_with_retry
-    from ctp_state.reconcile import RUNS_PREFIX
+    from ctp_state.reconcile import summaries
     from ctp_common import open_store, resolve  # the DAGs' own resolution: Variables, connections, env
     from ctp_state.store import redact_url
     from ctp_state.topics import create_topic
@@ -163,8 +163,7 @@ def main() -> None:
             say(f"round {r + 1}: produced {args.records} records (one L0 object) at epoch {ClusterEpoch(store).current()}")
             driver.run("ctp_epoch_advance")
     driver.run("ctp_reconcile")
-    summary_key = max((o.key for o in store.list(RUNS_PREFIX)), default=None)
-    reconciled = json.loads(store.get(summary_key)) if summary_key else {}
+    reconciled = summaries(store).newest() or {}
     driver.run("ctp_gc", {"dry_run": True})
     dry = GcHistory(store).tail(1)[0]
     driver.run("ctp_gc", {"dry_run": False})

@@ -78,8 +78,22 @@ def test_l0_unknown_format_version_is_refused():
 
 
 def test_entry_codec_roundtrip():
-    for e in (Init(3), Placeholder(4, "l0/000/x.l0", 8, 100, 5, 123, None), Placeholder(4, "k", 8, 1, 1, 0, 2)):
-        assert en.decode(en.encode(e), "k") == e
+    for e in (Init(3), Placeholder(4, "l0/000/x.l0", 8, 100, 5, 123, None), Placeholder(4, "k", 8, 1, 1, 0, 2),
+              Placeholder(4, "k", 8, 1, 1, 0, None, "producer-1", 17, 0xFFFFFFFF)):
+        data = en.encode(e)
+        assert en.decode(data, "k") == e
+        assert data.endswith(b'"}') and b'"crc":"' in data  # sealed
+
+
+def test_version_1_entries_written_before_checksums_still_read():
+    assert en.decode(b'{"epoch":3,"kind":"init","v":1}', "k") == Init(3)
+
+
+def test_an_entry_whose_bytes_changed_fails_its_checksum_naming_the_key():
+    data = en.encode(Placeholder(4, "l0/000/x.l0", 8, 100, 5, 123))
+    with pytest.raises(CorruptData, match="fails its CRC32C check") as e:
+        en.decode(data.replace(b'"epoch":4', b'"epoch":3'), "logs/t/000000/00000000000000000007.json")
+    assert "logs/t/000000/00000000000000000007.json" in str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -94,7 +108,10 @@ def test_entry_codec_roundtrip():
         (b'{"v":1,"kind":"init","epoch":"7"}', "must be an integer"),
         (b'{"v":1,"kind":"bogus"}', "unknown entry kind"),
         (b'{"v":1,"kind":"init","epoch":1,"extra":2}', "unknown fields"),
-        (b'{"v":2,"kind":"init","epoch":1}', "entry version 2 is not supported"),
+        (b'{"v":3,"kind":"init","epoch":1}', "entry version 3 is not supported"),
+        (b'{"v":2,"kind":"init","epoch":1}', "version 2 entry has no checksum"),
+        (b'{"v":1,"kind":"init","epoch":1,"crc":"00000000"}', "fails its CRC32C check"),
+        (b'{"v":1,"kind":"init","epoch":1000000000000000000}', "epoch must be in"),
         (b'{"kind":"init","epoch":1}', "entry version None is not supported"),
     ],
 )

@@ -29,7 +29,7 @@ def test_m_with_no_partitions_is_c_minus_1():
 
 
 def test_m_is_the_minimum_and_says_why():
-    busy = st("t", 0, Init(3), Placeholder(3, "k", 8, 100, 5, 0))  # M(p) = 2, lag 1
+    busy = st("t", 0, Init(3), Placeholder(3, layout.l0_key(0, 3, "k"), 8, 100, 5, 0))  # M(p) = 2, lag 1
     stuck = st("t", 1, Init(3), Claim(1, "rec-x", AccessMode.EXCLUSIVE, 50, 0))  # lease over at 50
     fresh = st("t", 2, Init(9))
     q = st("t", 3, Init(3))

@@ -114,10 +114,10 @@ def test_failover_writer_with_stale_window_is_rejected_by_the_log(store, topic_a
     assert stale.state.window == (n, n)  # loaded before the other writer moved on
     fresh = PartitionWriter(PartitionLog(store, "t", 0))
     for e in (n + 1, n + 2):
-        assert fresh.append_placeholder(Placeholder(e, "l0/000/x/y.l0", 8, 1, 1, 0))[1].accepted
+        assert fresh.append_placeholder(Placeholder(e, layout.l0_key(0, e, "y"), 8, 1, 1, 0))[1].accepted
     # The stale writer's own window still admits N, but the state rebuilt from the log
     # (previous_applied = N+1) rejects it, deterministically.
-    _, outcome = stale.append_placeholder(Placeholder(n, "l0/000/x/z.l0", 8, 1, 1, 0))
+    _, outcome = stale.append_placeholder(Placeholder(n, layout.l0_key(0, n, "z"), 8, 1, 1, 0))
     assert isinstance(outcome.rejected, StaleClusterEpoch)
     assert outcome.rejected.window == (n + 1, n + 2)
     assert stale.state.window == (n + 1, n + 2)  # and it learned the new window

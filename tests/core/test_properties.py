@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from ctp_state import layout
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile
 
@@ -80,7 +81,7 @@ class Cluster(RuleBasedStateMachine):
         # A producer whose cached epoch is up to `lag` behind C.
         epoch = max(1, self.c - lag)
         offset = len(self.logs[p])
-        out = self._add(p, Placeholder(epoch, f"l0/{epoch}", 8, 10, n, 0))
+        out = self._add(p, Placeholder(epoch, layout.l0_key(0, epoch, "x"), 8, 10, n, 0))
         expected = self.models[p].offer(offset, epoch, n)
         assert out.accepted == expected, (epoch, self.models[p].maxes)
         if out.accepted:
@@ -95,7 +96,8 @@ class Cluster(RuleBasedStateMachine):
         covered = [x for x in s.pending if x.log_offset <= through]
         last = covered[-1].last_offset if covered else s.last_reconciled_offset
         bound = sm.allowed_lower_bound(s, through)
-        out = self._add(p, Reconcile(through, last, ("l1/k",), bound, s.fence_floor))
+        keys = (layout.l1_key(s.topic, p, s.last_reconciled_offset + 1, last),) if covered else ()
+        out = self._add(p, Reconcile(through, last, keys, bound, s.fence_floor))
         assert out.accepted, out.rejected
         model.reconciled_through = through
         if model.window_offset <= through:
@@ -159,7 +161,7 @@ TestCluster = Cluster.TestCase
     cut=st.integers(0, 40),
 )
 def test_replay_equals_entry_by_entry_apply_across_a_snapshot(epochs, cut):
-    entries = [Init(epochs[0])] + [Placeholder(e, "k", 8, 1, 1, 0) for e in epochs[1:]]
+    entries = [Init(epochs[0])] + [Placeholder(e, layout.l0_key(0, e, "k"), 8, 1, 1, 0) for e in epochs[1:]]
     cut = min(cut, len(entries) - 1)
     one_by_one = sm.PartitionState("t", 0)
     for i, e in enumerate(entries):

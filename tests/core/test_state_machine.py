@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ctp_state import layout
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release
 from ctp_state.errors import (
@@ -144,7 +145,8 @@ def reconcile_all(log: Log, lb: int | None = None) -> sm.Outcome:
     through = s.applied_offset
     last = s.pending[-1].last_offset if s.pending else s.last_reconciled_offset
     bound = sm.allowed_lower_bound(s, through) if lb is None else lb
-    return log.add(Reconcile(through, last, ("l1/x",), bound, s.fence_floor))
+    keys = (layout.l1_key(T, P, s.last_reconciled_offset + 1, last),) if last > s.last_reconciled_offset else ()
+    return log.add(Reconcile(through, last, keys, bound, s.fence_floor))
 
 
 def test_lower_bound_follows_previous_applied_and_never_passes_it():

@@ -4,7 +4,6 @@ stale inputs, orphans, failing deletes, and the offline report."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -154,17 +153,15 @@ def test_a_partition_created_while_the_gc_runs_keeps_its_data(store, gate):
     assert [r["value"] for r in read_partition(store, "late", 1).to_pylist()] == [b"keep me"]
 
 
-def test_fresh_reconcile_summaries_are_used_and_stale_ones_are_not(store, gate):
+def test_m_comes_from_the_logs_and_the_newest_summary_only_annotates(store, gate):
     produce_rounds(store, partitions=4, rounds=2, per=5)
-    run_reconcile(store)
+    first = run_reconcile(store)
     rec = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
-    assert rec["partitions_from_summary"] == 4 and rec["summary_run_id"]
-    # That summary started before this GC finished: its values may be older than what
-    # the GC saw, so the next run reads the logs instead.
+    assert rec["summary_run_id"] == first["run_id"]  # the newest by the store's sequence
+    assert rec["partitions"] == 4 and rec["m"] is not None
+    second = run_reconcile(store)
     rec2 = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
-    assert rec2["partitions_from_summary"] == 0 and rec2["m_digest"] == rec["m_digest"]
-    nosum = run_gc(store, gate=gate, config=GcConfig(dry_run=True, summary_max_age_s=0))
-    assert nosum["partitions_from_summary"] == 0
+    assert rec2["summary_run_id"] == second["run_id"] and rec2["m_digest"] == rec["m_digest"]
 
 
 def test_l1_orphans_of_a_crashed_reconciler_are_collected_after_the_grace(store, gate):
@@ -243,9 +240,16 @@ def test_history_records_are_append_only_and_versioned(store, gate):
 
     with pytest.raises(KeyExists):
         store.put_if_absent("gc/history/00000000000000000001.json", b"{}")
-    store.put("gc/history/00000000000000000002.json", json.dumps({"v": 99}).encode())
+    from ctp_state import codec
+
+    store.put("gc/history/00000000000000000002.json", codec.seal({"v": 99}))
     with pytest.raises(CorruptData, match="version 99 is not supported"):
         list(h.records())
+    # A flipped digit in a record (M 3 -> 9 would wedge every later run) is caught.
+    key = "gc/history/00000000000000000000.json"
+    store.put(key, store.get(key).replace(b'"seq":0', b'"seq":5'))
+    with pytest.raises(CorruptData, match="fails its CRC32C check"):
+        h.get(0)
 
 
 def test_a_concurrent_gc_that_saw_a_higher_m_supersedes_a_slower_one(store, gate):

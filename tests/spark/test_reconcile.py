@@ -4,7 +4,6 @@ quarantine, and the run summary."""
 from __future__ import annotations
 
 import argparse
-import json
 import threading
 
 
@@ -72,8 +71,10 @@ def test_spark_reconcile_lifts_everything_exactly_once(spark, store):
         # C = 4 after three advances; the last flush was at 4, so lower bound = prev = 3
         assert (st.max_applied_epoch, st.previous_applied_epoch, st.min_epoch_lower_bound, st.m) == (4, 3, 3, 2)
     # The summary is in the store for the GC.
-    runs = [o.key for o in store.list("runs/reconcile/")]
-    assert len(runs) == 1 and json.loads(store.get(runs[0]))["run_id"] == summary["run_id"]
+    from ctp_state.reconcile import summaries
+
+    seq = summaries(store)
+    assert seq.last() == 0 and seq.get(0)["run_id"] == summary["run_id"] == seq.newest()["run_id"]
 
 
 def test_l1_files_are_plain_parquet_with_metadata(spark, store):
