@@ -133,7 +133,9 @@ class S3FaultProxy:
         server = _Server(("127.0.0.1", 0), _Handler)
         server.proxy = self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="s3-fault-proxy", daemon=True)
+        # A short poll interval: stop() waits up to one interval for serve_forever to notice.
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,),
+                                        name="s3-fault-proxy", daemon=True)
         self._thread.start()
         return self
 

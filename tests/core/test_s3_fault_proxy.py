@@ -28,7 +28,7 @@ def bucket(moto: MotoServer) -> str:
     return moto.new_bucket()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def direct(moto: MotoServer) -> Any:
     """A boto3 client straight to moto: the ground truth, bypassing the proxy."""
     return S3Settings.from_env(moto.env).client()
