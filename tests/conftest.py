@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from ctp_state.store import ObjectStore, S3Settings, open_store
+from tests.s3_fault_proxy import S3FaultProxy
 
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after
 # pytest closed the streams a test's logging setup (Airflow's) pointed handlers at.
@@ -114,3 +115,22 @@ def subprocess_env(store_url) -> dict[str, str]:
     """Environment for child processes that open the same store."""
     url, env = store_url
     return {**os.environ, **env, "CTP_STORE": url}
+
+
+@pytest.fixture
+def fault_proxy(moto: MotoServer) -> Iterator[S3FaultProxy]:
+    """A fault-injecting proxy in front of the session's moto server, fresh per test
+    (no rules, zeroed counters)."""
+    with S3FaultProxy(moto.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def fault_env(moto: MotoServer, fault_proxy: S3FaultProxy) -> dict[str, str]:
+    """``moto.env`` with ``CTP_S3_ENDPOINT_URL`` pointing at ``fault_proxy``."""
+    return proxy_env(moto, fault_proxy)
+
+
+def proxy_env(moto: MotoServer, proxy: S3FaultProxy, **extra: str) -> dict[str, str]:
+    """A copy of ``moto.env`` that reaches S3 through ``proxy``, plus ``extra``."""
+    return {**moto.env, "CTP_S3_ENDPOINT_URL": proxy.endpoint, **extra}
