@@ -469,6 +469,9 @@ class S3Settings:
             max_attempts = int(attempts)
         except ValueError:
             raise ConfigError(f"CTP_S3_MAX_ATTEMPTS must be an integer, got {attempts!r}") from None
+        if max_attempts < 1:
+            raise ConfigError(f"CTP_S3_MAX_ATTEMPTS must be >= 1 (attempts per request, the first included), "
+                              f"got {max_attempts}")
         return cls(
             endpoint_url=pick("CTP_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
             region=pick("CTP_S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1",
@@ -485,7 +488,9 @@ class S3Settings:
         cfg = Config(
             # Standard retries cover 503 SlowDown, 5xx and connection errors with
             # exponential backoff and jitter.
-            retries={"mode": "standard", "max_attempts": self.max_attempts},
+            # total_max_attempts counts the first attempt too (botocore's max_attempts
+            # counts only the retries).
+            retries={"mode": "standard", "total_max_attempts": self.max_attempts},
             max_pool_connections=self.max_pool_connections,
             s3={"addressing_style": "path"} if self.endpoint_url else None,
         )

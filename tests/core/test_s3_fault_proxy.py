@@ -1,8 +1,9 @@
 """The fault-injecting S3 proxy: every fault kind really happens on the wire, seen
 through boto3 and through ctp's S3Store, and checked against what moto holds.
 
-``CTP_S3_MAX_ATTEMPTS`` becomes botocore's ``retries.max_attempts``, which counts
-*retries*: ``"0"`` means one attempt, ``"1"`` two (pinned by a test below).
+``CTP_S3_MAX_ATTEMPTS`` is the number of attempts per request, the first included
+(botocore's ``retries.total_max_attempts``; pinned by a test below). The helpers
+here take the number of retries: ``retries=0`` is one attempt.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ def direct(moto: MotoServer) -> Any:
 
 
 def via(env: dict[str, str], bucket: str, retries: int) -> ObjectStore:
-    return open_store(f"s3://{bucket}/{PREFIX}", {**env, "CTP_S3_MAX_ATTEMPTS": str(retries)})
+    return open_store(f"s3://{bucket}/{PREFIX}", {**env, "CTP_S3_MAX_ATTEMPTS": str(retries + 1)})
 
 
 def client(env: dict[str, str], retries: int) -> Any:
-    return S3Settings.from_env({**env, "CTP_S3_MAX_ATTEMPTS": str(retries)}).client()
+    return S3Settings.from_env({**env, "CTP_S3_MAX_ATTEMPTS": str(retries + 1)}).client()
 
 
 def upstream_get(direct: Any, bucket: str, key: str) -> bytes | None:
@@ -108,12 +109,13 @@ def test_unknown_kind_is_one_clear_error(fault_proxy):
         fault_proxy.add_rule("teapot")
 
 
-def test_max_attempts_setting_counts_retries(fault_proxy, fault_env, bucket):
+def test_max_attempts_setting_counts_every_attempt(fault_proxy, fault_env, bucket):
     fault_proxy.add_rule("error_500", method="HEAD")
-    for retries, attempts in ((0, 1), (1, 2)):
+    for attempts in (1, 2, 3):
         fault_proxy.injected.clear()
+        store = open_store(f"s3://{bucket}/{PREFIX}", {**fault_env, "CTP_S3_MAX_ATTEMPTS": str(attempts)})
         with pytest.raises(StoreError, match="500"):
-            via(fault_env, bucket, retries).head("k")
+            store.head("k")
         assert fault_proxy.injected["error_500"] == attempts
     assert fault_proxy.requests == 0  # error_500 never reaches moto
 

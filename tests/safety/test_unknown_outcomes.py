@@ -113,3 +113,46 @@ def test_ctp_produce_text_output_says_what_to_do_after_an_unknown_outcome(store,
     assert out.exit_code == 3
     assert "unknown" in out.output and "run the same command again" in out.output
     assert open_store(url, env)  # the store itself is fine
+
+
+# --- the same over the wire: S3 through the fault-injecting proxy -----------------------
+
+
+def test_over_the_wire_a_lost_response_resolves_to_accepted(moto, fault_proxy, fault_env):
+    url = f"s3://{moto.new_bucket()}/ctp"
+    store = open_store(url, moto.env)
+    create_topic(store, "t", 2)
+    fault_proxy.add_rule("reset_after", method="PUT", key_regex=r"logs/t/000001/", times=1)
+    lossy = open_store(url, {**fault_env, "CTP_S3_MAX_ATTEMPTS": "1"})
+    with Producer(lossy, epoch_ttl_s=0) as prod:
+        a, b = prod.write([(("t", 0), [Record(b"a")]), (("t", 1), [Record(b"b")])])
+    assert fault_proxy.injected["reset_after"] == 1
+    assert a.accepted and b.accepted and b.base_offset == 0 and not b.duplicate
+    assert values(store, 1) == [b"b"]
+
+
+def test_ctp_produce_over_a_connection_that_drops_after_each_write(moto, fault_proxy, fault_env, tmp_path):
+    import os
+    import subprocess
+
+    url = f"s3://{moto.new_bucket()}/ctp"
+    store = open_store(url, moto.env)
+    create_topic(store, "t", 2)
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps({"topic": "t", "partition": i % 2, "value": f"v{i}"}) + "\n"
+                            for i in range(12)))
+    # Every state-log PUT of t/1 reaches the server, then the connection drops.
+    fault_proxy.add_rule("reset_after", method="PUT", key_regex=r"logs/t/000001/")
+    cmd = ["ctp", "produce", str(path), "--batch-records", "4", "--store", url, "--json"]
+    first = subprocess.run(cmd, env={**os.environ, **fault_env, "CTP_S3_MAX_ATTEMPTS": "2"},
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 3, first.stderr
+    out = json.loads(first.stdout)
+    assert out["unknown"] >= 1 and out["rejected"] == 0 and fault_proxy.injected["reset_after"] >= 2
+
+    second = subprocess.run(cmd, env={**os.environ, **moto.env}, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    out2 = json.loads(second.stdout)
+    assert out2["producer_id"] == out["producer_id"] and out2["duplicates"] >= 1
+    for p in (0, 1):
+        assert values(store, p) == [f"v{i}".encode() for i in range(p, 12, 2)]
