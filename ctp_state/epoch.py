@@ -65,8 +65,9 @@ class ClusterEpoch:
             last, expected = epoch, epoch + 1
         return last
 
-    def current(self) -> int:
-        """Read C: the newest marker of the dense run, starting from a vouched hint."""
+    def current(self, *, repair: bool = True) -> int:
+        """Read C: the newest marker of the dense run, starting from a vouched hint.
+        An unvouched hint is rewritten unless ``repair`` is False."""
         hint = self._hint()
         if hint is not None and hint >= 2:
             last = self._run_from(hint)
@@ -76,7 +77,7 @@ class ClusterEpoch:
             log.warning("the cluster epoch hint says %d but no marker vouches for it; reading the markers", hint)
         last = self._run_from(2)
         epoch = 1 if last is None else last
-        if hint is not None and hint != epoch and hint >= 2:
+        if repair and hint is not None and hint != epoch and hint >= 2:
             self._write_hint(epoch)  # repair the cache so the next reader pays one LIST
         return epoch
 

@@ -73,6 +73,7 @@ class PartitionLog:
         resolve_attempts: int = DEFAULT_RESOLVE_ATTEMPTS,
         resolve_backoff_s: float = 0.1,
         sleep: Callable[[float], None] = time.sleep,
+        write_snapshots: bool = True,
     ):
         self.store, self.topic, self.partition = store, topic, partition
         self.prefix = layout.log_prefix(topic, partition)
@@ -80,6 +81,7 @@ class PartitionLog:
         self.max_attempts = max_attempts
         self.resolve_attempts, self.resolve_backoff_s, self._sleep = resolve_attempts, resolve_backoff_s, sleep
         self._snapshot_offset = -1
+        self.write_snapshots = write_snapshots  # False: a reader that must change nothing
         #: Why the last snapshot read was set aside (None when it was fine or absent).
         self.snapshot_problem: str | None = None
 
@@ -138,6 +140,8 @@ class PartitionLog:
         return state
 
     def _maybe_snapshot(self, state: sm.PartitionState) -> None:
+        if not self.write_snapshots:
+            return
         stale = state.applied_offset - self._snapshot_offset >= self.snapshot_every
         if stale or (self.snapshot_problem is not None and state.applied_offset >= 0):
             try:

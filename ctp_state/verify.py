@@ -1,0 +1,229 @@
+"""``ctp verify``: check everything the safety of the store rests on, change nothing.
+
+Per partition:
+
+- every state-log entry decodes and passes its CRC32C; the log is dense; offset 0 is
+  the init entry (a log an older ctp damaged, and its repair, are reported);
+- entries written before checksums (version 1) are counted: they cannot be checked;
+- the snapshot passes its checksum and self-consistency check, and agrees with a
+  replay of the log up to the offset it covers (a snapshot covering an entry that no
+  longer decodes is reported: the state still reads, a rebuild from the log would not);
+- every object the state points at exists: the L0 objects of pending placeholders
+  (and hold the chunk's byte range), and the committed L1 files.
+
+Cluster-wide: the epoch hint is vouched for by its marker, and the GC history and
+reconcile summaries decode. Findings are ``error`` (something a reader or the GC
+would trip on, or data at risk) or ``warning`` (worth knowing, safe). This reads every
+entry of every log: it costs O(store metadata), unlike the GC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+from ctp_state import codec, layout
+from ctp_state import entries as en
+from ctp_state import state as sm
+from ctp_state.entries import Init
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
+from ctp_state.gc_history import GcHistory
+from ctp_state.log import PartitionLog
+from ctp_state.reconcile import summaries
+from ctp_state.status import select_topics
+from ctp_state.store import ObjectStore
+
+ERROR, WARNING = "error", "warning"
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # "error" | "warning"
+    where: str  # "t/3", or "cluster"
+    what: str  # one sentence an operator can act on
+    key: str | None = None
+
+
+@dataclass
+class PartitionCheck:
+    topic: str
+    partition: int
+    entries: int = 0
+    unchecksummed: int = 0
+    snapshot_offset: int | None = None
+    l0_checked: int = 0
+    l1_checked: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == ERROR for f in self.findings)
+
+
+@dataclass
+class VerifyReport:
+    partitions: list[PartitionCheck]
+    cluster: list[Finding]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.cluster + [f for p in self.partitions for f in p.findings]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "errors": len(self.errors),
+                "warnings": sum(1 for f in self.findings if f.severity == WARNING),
+                "cluster": [asdict(f) for f in self.cluster],
+                "partitions": [{**{k: v for k, v in asdict(p).items() if k != "findings"},
+                                "ok": p.ok, "findings": [asdict(f) for f in p.findings]} for p in self.partitions]}
+
+
+def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_objects: bool = True) -> PartitionCheck:
+    res = PartitionCheck(topic, partition)
+    where = f"{topic}/{partition}"
+
+    def say(severity: str, what: str, key: str | None = None) -> None:
+        res.findings.append(Finding(severity, where, what, key))
+
+    plog = PartitionLog(store, topic, partition, write_snapshots=False)
+    # The snapshot, strictly: a problem here is a finding, not a silent fallback.
+    snap: sm.PartitionState | None = None
+    try:
+        got = plog.read_snapshot(strict=True)
+        snap = got if got.applied_offset >= 0 else None
+    except CorruptData as e:
+        say(ERROR, f"snapshot does not check out ({e.reason}); readers rebuild the state from the log",
+            layout.snapshot(topic, partition))
+    res.snapshot_offset = snap.applied_offset if snap else None
+
+    # Every entry, in order, replayed from the start.
+    state = plog.empty_state()
+    replayed = True  # the replay reached the end of the log
+    expected = 0
+    at_snapshot: sm.PartitionState | None = None
+    for info in store.list(plog.prefix):
+        try:
+            offset = layout.log_offset_of(info.key, plog.prefix)
+        except CorruptData as e:
+            say(ERROR, e.reason, info.key)
+            continue
+        if offset != expected:
+            say(ERROR, f"state log is not dense: expected offset {expected}, found {offset}", info.key)
+            replayed = False
+            break
+        expected += 1
+        res.entries += 1
+        data = store.get(info.key)
+        try:
+            entry = en.decode(data, info.key)
+        except CorruptData as e:
+            covered = snap is not None and offset <= snap.applied_offset
+            say(ERROR, f"entry does not decode ({e.reason})" + (
+                f"; the snapshot at offset {snap.applied_offset} covers it, so the state still reads, but "
+                "the log can no longer rebuild it" if covered else "; the partition's state cannot be read"),
+                info.key)
+            replayed = False
+            break
+        if not codec.is_sealed(data):
+            res.unchecksummed += 1
+        if offset == 0 and not isinstance(entry, Init):
+            say(WARNING, "offset 0 is not the init entry (written by an older ctp); "
+                "`ctp topic create` repairs it by appending the init", info.key)
+        state = sm.apply(state, offset, entry).state
+        if snap is not None and offset == snap.applied_offset:
+            at_snapshot = state
+    if res.unchecksummed:
+        say(WARNING, f"{res.unchecksummed} entries were written before checksums (version 1) and cannot be checked")
+    if replayed and not state.initialized and res.entries:
+        say(ERROR, "the log has no init entry: run `ctp topic create` again to finish or repair the topic")
+
+    if snap is not None and replayed:
+        if at_snapshot is None:
+            say(ERROR, f"snapshot covers offset {snap.applied_offset}, past the log's end {expected - 1}",
+                layout.snapshot(topic, partition))
+        elif at_snapshot.persisted != snap.persisted:
+            say(ERROR, f"snapshot disagrees with a replay of the log at offset {snap.applied_offset}",
+                layout.snapshot(topic, partition))
+
+    # What the state points at: from the full replay if it got through, else what readers use.
+    current: sm.PartitionState | None = state if replayed else None
+    if current is None:
+        try:
+            current = plog.read_state()
+        except CtpError:
+            current = None
+    if check_objects and current is not None:
+        sizes: dict[str, int | None] = {}
+        for p in current.pending:
+            if p.l0_key not in sizes:
+                info = store.head(p.l0_key)
+                sizes[p.l0_key] = None if info is None else info.size
+            size = sizes[p.l0_key]
+            res.l0_checked += 1
+            if size is None:
+                say(ERROR, f"L0 object of the pending placeholder at log offset {p.log_offset} is missing "
+                    f"({p.record_count} records cannot be read)", p.l0_key)
+            elif size < p.byte_offset + p.byte_length:
+                say(ERROR, f"L0 object is shorter ({size} bytes) than the chunk of log offset {p.log_offset} needs",
+                    p.l0_key)
+        for key in current.committed_l1_keys():
+            res.l1_checked += 1
+            if store.head(key) is None:
+                say(ERROR, "committed L1 file is missing", key)
+    return res
+
+
+def verify_cluster(store: ObjectStore) -> list[Finding]:
+    out: list[Finding] = []
+    ce = ClusterEpoch(store)
+    try:
+        c = ce.current(repair=False)
+        if ce.unvouched_hints:
+            out.append(Finding(WARNING, "cluster", f"the epoch hint is not vouched for by a marker; C = {c} from "
+                               "the markers (the next epoch read or advance rewrites the hint)", layout.EPOCH_HINT))
+    except CtpError as e:
+        out.append(Finding(ERROR, "cluster", f"the cluster epoch cannot be read: {e}"))
+    for what, seq in (("GC history", GcHistory(store).seq), ("reconcile summaries", summaries(store))):
+        try:
+            last = seq.last()
+        except CtpError as e:
+            out.append(Finding(ERROR, "cluster", f"{what}: {e}"))
+            continue
+        for n in range(last + 1):
+            try:
+                seq.get(n)
+            except ObjectNotFound:
+                continue  # a seq an appender lost to a crash
+            except CtpError as e:
+                out.append(Finding(ERROR, "cluster", f"{what} record {n} does not read: {e}", seq.key(n)))
+    return out
+
+
+def verify(store: ObjectStore, topics: Sequence[str] | None = None, *, check_objects: bool = True,
+           threads: int = 16, on_progress: Callable[[int, int], None] = lambda done, total: None) -> VerifyReport:
+    """Check every partition of ``topics`` (all when None) and the cluster records."""
+    cluster = verify_cluster(store)
+    wanted = [(t.name, p) for t in select_topics(store, topics) for p in range(t.partitions)]
+    done = [0]
+
+    def one(job: tuple[str, int]) -> PartitionCheck:
+        try:
+            res = verify_partition(store, *job, check_objects=check_objects)
+        except CtpError as e:
+            res = PartitionCheck(*job, findings=[Finding(ERROR, f"{job[0]}/{job[1]}", str(e))])
+        done[0] += 1
+        on_progress(done[0], len(wanted))
+        return res
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(wanted) or 1))) as pool:
+        parts = list(pool.map(one, wanted))
+    return VerifyReport(parts, cluster)
