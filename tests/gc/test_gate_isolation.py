@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -118,6 +119,12 @@ def test_two_gcs_on_two_stores_racing_in_one_report_dir_never_delete_the_damaged
             problems.append(f"round {i}: B lost {len(lost)} of its {len(b_before)} L0 objects")
     print(f"rounds took {seconds} s")
     assert not problems, "\n".join(problems)
+    # The Data Docs: A's validate and A's GC of every round passed; a failed run (B's, if
+    # B got as far as its gate) failed on B's own damage only.
+    runs = report / "gx" / "uncommitted" / "data_docs" / "local_site" / "runs"
+    entries = [json.loads(p.read_text()) for p in runs.glob("*.json")]
+    assert sum(e["success"] for e in entries) == ROUNDS + 1, entries
+    assert all(f.startswith("l1_files:") for e in entries if not e["success"] for f in e["failures"]), entries
 
 
 WORKER = r"""
@@ -138,7 +145,7 @@ for _ in range(n):
 """
 
 
-def _frames(*, duplicated_offset: bool) -> dict[str, pa.Table]:
+def gate_frames(*, duplicated_offset: bool = False) -> dict[str, pa.Table]:
     """The three tables as the GC builds them; with ``duplicated_offset`` one L1 file
     holds an offset twice."""
     history = history_table([{"seq": s, "status": "ok", "m": 2 + s, "cluster_epoch": 4 + s,
@@ -171,7 +178,7 @@ def test_gate_calls_racing_in_one_report_dir_judge_only_their_own_tables(tmp_pat
     for name, dup in (("healthy", False), ("damaged", True)):
         d = tmp_path / name
         d.mkdir()
-        for table, t in _frames(duplicated_offset=dup).items():
+        for table, t in gate_frames(duplicated_offset=dup).items():
             pq.write_table(t, d / f"{table}.parquet")
         cmds[name] = ([sys.executable, "-c", WORKER, str(root), str(d), str(tmp_path / f"ready-{name}"), str(go),
                        str(calls)], with_this_checkout(dict(os.environ)))
@@ -197,3 +204,32 @@ def test_gate_calls_racing_in_one_report_dir_judge_only_their_own_tables(tmp_pat
             elif name == "damaged" and (out["success"] or not all(f.startswith("l1_files:") for f in out["failures"])):
                 problems.append(f"damaged call {i}: success={out['success']}, failures={out['failures'][:2]}")
     assert not problems, "\n".join(problems)
+
+
+def test_gate_runs_are_named_by_the_gc_run_and_keep_their_own_pages(store, tmp_path):
+    """Each gate run's validation pages sit under its GC run id (not ``__none__``), the
+    history record points at the run's page, every page reads offline, and the site
+    keeps the newest ``keep_runs`` runs."""
+    from ctp_state.gc_run import run_gc
+    from expectations.gate import GxGate
+
+    gate = GxGate(str(tmp_path / "report"), keep_runs=2)
+    recs = [run_gc(store, gate=gate, config=GcConfig(dry_run=True)) for _ in range(3)]
+    site, runs = gate.docs_dir, os.path.join(gate.docs_dir, "runs")
+    for rec in recs[1:]:
+        assert rec["gate"]["docs"] == os.path.join(runs, f"{rec['run_id']}.html")
+        with open(os.path.join(runs, f"{rec['run_id']}.json"), encoding="utf-8") as f:
+            pages = json.load(f)["pages"]
+        assert set(pages) == {"gc_history", "partition_state", "l1_files"}
+        for suite, rel in pages.items():
+            assert rel.startswith(f"validations/{suite}/{rec['run_id']}/")
+            assert os.path.isfile(os.path.join(site, rel))
+    files = [os.path.join(d, n) for d, _, ns in os.walk(tmp_path / "report") for n in ns]
+    assert not any(recs[0]["run_id"] in f or "__none__" in f for f in files)  # the oldest run was pruned
+    index = open(os.path.join(site, "index.html"), encoding="utf-8").read()
+    assert recs[1]["run_id"] in index and recs[2]["run_id"] in index and recs[0]["run_id"] not in index
+    remote = re.compile(r"<(?:link|script|img)\b[^>]*(?:src|href)=\"(?:https?:)?//", re.I)
+    for f in files:
+        if f.endswith(".html"):
+            assert not remote.search(open(f, encoding="utf-8").read()), f
+    assert os.listdir(tmp_path / "report" / "gx" / "building") == []  # private render dirs are removed
