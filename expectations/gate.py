@@ -9,6 +9,7 @@ report directory cannot judge each other's tables or rewrite each other's suites
 Data Docs for operators go into the report directory (``ctp gc --report-dir``, default
 ``./ctp-report``)::
 
+    <report-dir>/ctp-store.json                  the store this directory belongs to
     <report-dir>/gx/uncommitted/data_docs/local_site/
         index.html                               every gate run, newest first
         runs/<run>.html, runs/<run>.json         one run: verdict, failures, its pages
@@ -24,6 +25,9 @@ moves them into the site (validation pages to paths named by its run, so no othe
 writes there; shared pages by atomic rename) and rewrites the run list and index. The
 newest :data:`KEEP_RUNS` runs are kept. The run name is the GC run id (the candidate
 row of ``gc_history``), so a history record and its pages name the same run.
+
+A report directory belongs to one store (:func:`claim`): GC histories, summary pages
+and Data Docs of two stores must not mix.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ctp_state.errors import ConfigError
 from ctp_state.gc_run import GateResult
 from expectations.report import write_atomic
 from expectations.suites import SUITES
@@ -54,9 +59,47 @@ SITE = "local_site"
 RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 10}
 KEEP_RUNS = 200  # gate runs kept in the Data Docs site
 STALE_BUILD_S = 3600  # private render directories older than this were left by killed runs
+MARKER = "ctp-store.json"
 
 # GX keeps an ambient "current project" per process: one gate run at a time per process.
 _IN_PROCESS = threading.Lock()
+
+
+# --- the report directory belongs to one store ------------------------------------------------
+
+
+def claim(report_dir: str, store_url: str) -> None:
+    """Make ``report_dir`` this store's on first use; raise :class:`ConfigError` if it
+    belongs to another store. ``store_url`` must be redacted (``ObjectStore.url`` is)."""
+    report_dir = os.path.abspath(report_dir)
+    marker = os.path.join(report_dir, MARKER)
+    os.makedirs(report_dir, exist_ok=True)
+    if not os.path.exists(marker):
+        body = json.dumps({"store": store_url, "claimed_ms": int(time.time() * 1000),
+                           "note": "this report directory belongs to this store; "
+                                   "give each store its own --report-dir"}, indent=2) + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=".ctp-store-", dir=report_dir)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(body)
+            try:
+                os.link(tmp, marker)  # create-if-absent, complete or not at all
+            except FileExistsError:
+                pass
+            except OSError:  # a file system without hard links: create-if-absent, then write
+                with contextlib.suppress(FileExistsError), open(marker, "x", encoding="utf-8") as f:
+                    f.write(body)
+        finally:
+            os.unlink(tmp)
+    try:
+        with open(marker, encoding="utf-8") as f:
+            owner = json.load(f)["store"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"report directory {report_dir} has an unreadable store marker {marker} ({e}); "
+                          f"delete it if the directory is {store_url}'s, or use a different --report-dir") from None
+    if owner != store_url:
+        raise ConfigError(f"report directory {report_dir} belongs to store {owner}, not {store_url} "
+                          f"(see {marker}); use a different --report-dir (or $CTP_REPORT_DIR) for each store")
 
 
 # --- one isolated GX run -------------------------------------------------------------------------
@@ -163,12 +206,18 @@ def locked(path: str) -> Iterator[None]:
 
 
 class GxGate:
-    """A callable gate for :func:`ctp_state.gc_run.run_gc`: ``GxGate(report_dir)(frames)``."""
+    """A callable gate for :func:`ctp_state.gc_run.run_gc`: ``GxGate(report_dir)(frames)``.
 
-    def __init__(self, root: str, *, offline_docs: bool = True, keep_runs: int = KEEP_RUNS):
+    With ``store_url`` the report directory is claimed for that store at once
+    (:func:`claim`)."""
+
+    def __init__(self, root: str, *, offline_docs: bool = True, store_url: str | None = None,
+                 keep_runs: int = KEEP_RUNS):
         self.root = os.path.abspath(root)
         self.offline_docs = offline_docs
         self.keep_runs = keep_runs
+        if store_url is not None:
+            claim(self.root, store_url)
 
     @property
     def docs_dir(self) -> str:

@@ -23,13 +23,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import ConfigError
+from ctp_state.gc_history import GcHistory
 from ctp_state.gc_l1 import L1_CHECK_SCHEMA
 from ctp_state.gc_run import STATE_SCHEMA, GcConfig, history_table
 from ctp_state.log import PartitionLog
 from ctp_state.read import committed_l1_keys
 from ctp_state.store import ObjectStore, open_store
-from expectations.job import validate_job
-from tests.core.test_cli import CTP
+from expectations.gate import MARKER, claim
+from expectations.job import gc_job, validate_job, write_report
+from tests.core.test_cli import CTP, ctp
 from tests.gc.conftest import REPO, with_this_checkout
 from tests.gc.test_gc_run import l0_keys, reconciled
 
@@ -204,6 +208,62 @@ def test_gate_calls_racing_in_one_report_dir_judge_only_their_own_tables(tmp_pat
             elif name == "damaged" and (out["success"] or not all(f.startswith("l1_files:") for f in out["failures"])):
                 problems.append(f"damaged call {i}: success={out['success']}, failures={out['failures'][:2]}")
     assert not problems, "\n".join(problems)
+
+
+def test_a_report_dir_belongs_to_the_store_that_used_it_first(store_url, second_store_url, subprocess_env, store,
+                                                               tmp_path):
+    """Another store's gc, validate or report in that directory stops at once with one
+    line naming both stores and what to do; nothing is deleted or recorded."""
+    url_b, s3_env_b = second_store_url
+    store_b = open_store(url_b, s3_env_b)
+    report = tmp_path / "report"
+    for _ in range(3):
+        ClusterEpoch(store).advance()
+    assert gc_job(store, GcConfig(), str(report)).error is None  # first use: the directory is A's
+    with open(report / MARKER, encoding="utf-8") as f:
+        assert json.load(f)["store"] == store.url
+
+    reconciled(store_b)  # B has L0 garbage a GC would delete
+    before = l0_keys(store_b)
+    env_b = {**subprocess_env, **s3_env_b, "CTP_STORE": url_b}
+    r = ctp(env_b, "gc", "--report-dir", str(report))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: report directory {report} belongs to store {store.url}, not {store_b.url} ")
+    assert "use a different --report-dir" in r.stderr and "secret" not in r.stderr
+    assert l0_keys(store_b) == before and GcHistory(store_b).last_seq() == -1  # nothing deleted or recorded
+
+    for attempt in (lambda: validate_job(store_b, GcConfig(dry_run=True), str(report)),
+                    lambda: write_report(store_b, str(report)),
+                    lambda: gc_job(store_b, GcConfig(), str(report))):
+        with pytest.raises(ConfigError, match=f"belongs to store {store.url}, not {store_b.url}"):
+            attempt()
+    assert l0_keys(store_b) == before and GcHistory(store_b).last_seq() == -1
+    with open(report / MARKER, encoding="utf-8") as f:
+        assert json.load(f)["store"] == store.url
+
+    assert gc_job(store, GcConfig(dry_run=True), str(report)).error is None  # A's runs go on
+    out = gc_job(store_b, GcConfig(dry_run=True), str(tmp_path / "report-b"))  # B with its own directory
+    assert out.error is None and out.record["would_delete"] == len(before)
+
+
+def test_two_stores_claiming_one_new_report_dir_at_once_one_wins(tmp_path):
+    for i in range(20):
+        d = str(tmp_path / f"r{i}")
+        with ThreadPoolExecutor(2) as pool:
+            outcomes = list(pool.map(lambda url: _try_claim(d, url), ["file:///a", "file:///b"]))
+        assert sorted(outcomes) == ["claimed", "refused"], outcomes
+    with open(os.path.join(d, MARKER), "w") as f:
+        f.write("{not json")
+    with pytest.raises(ConfigError, match="unreadable store marker"):
+        claim(d, "file:///a")
+
+
+def _try_claim(d: str, url: str) -> str:
+    try:
+        claim(d, url)
+        return "claimed"
+    except ConfigError:
+        return "refused"
 
 
 def test_gate_runs_are_named_by_the_gc_run_and_keep_their_own_pages(store, tmp_path):
