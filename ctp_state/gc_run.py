@@ -26,7 +26,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -98,6 +98,9 @@ class PartitionView:
     lag_records: int
     lag_bytes: int
     holders: tuple[sm.Holder, ...]
+    #: The smallest epoch of an accepted placeholder not reconciled yet (None: none, or
+    #: unknown for a summary-sourced view).
+    min_pending_epoch: int | None = None
 
     @property
     def m(self) -> int | None:
@@ -105,7 +108,8 @@ class PartitionView:
 
     @classmethod
     def of_state(cls, s: sm.PartitionState) -> PartitionView:
-        return cls.of_summary(s.topic, s.partition, state_fields(s), source="log")
+        return replace(cls.of_summary(s.topic, s.partition, state_fields(s), source="log"),
+                       min_pending_epoch=min((p.epoch for p in s.pending), default=None))
 
     @classmethod
     def of_summary(cls, topic: str, partition: int, f: dict[str, Any], source: str = "summary") -> PartitionView:
@@ -180,6 +184,7 @@ STATE_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("source", pa.string()),
     ("min_epoch_lower_bound", pa.int64()), ("previous_min_epoch_lower_bound", pa.int64()),
     ("previous_applied_epoch", pa.int64()), ("max_applied_epoch", pa.int64()),
+    ("min_pending_epoch", pa.int64()), ("candidate_m", pa.int64()),
 ])
 
 
@@ -192,12 +197,13 @@ def history_table(tail: list[dict[str, Any]], candidate: dict[str, Any]) -> pa.T
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 
 
-def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int]) -> pa.Table:
+def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int], m: int | None = None) -> pa.Table:
     return pa.Table.from_pylist([
         {"topic": v.topic, "partition": v.partition, "source": v.source,
          "min_epoch_lower_bound": v.min_epoch_lower_bound,
          "previous_min_epoch_lower_bound": previous.get((v.topic, v.partition)),
-         "previous_applied_epoch": v.previous_applied_epoch, "max_applied_epoch": v.max_applied_epoch}
+         "previous_applied_epoch": v.previous_applied_epoch, "max_applied_epoch": v.max_applied_epoch,
+         "min_pending_epoch": v.min_pending_epoch, "candidate_m": m}
         for v in views], schema=STATE_SCHEMA)
 
 
@@ -286,7 +292,7 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
         "gc_history": history_table(tail, {"seq": last + 1, "m": decision.m, "cluster_epoch": c,
                                            "m_high_water_before": hw_before, "started_ms": started_ms,
                                            "run_id": run_id}),
-        "partition_state": state_table(views, previous_lb),
+        "partition_state": state_table(views, previous_lb, decision.m),
         "l1_files": gc_l1.check_table(sweeps),
     }
     return Prepared(run_id, started_ms, history, last, hw_before, c, views, decision, summary_used, sweeps,

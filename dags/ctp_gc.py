@@ -8,7 +8,8 @@ trigger form. Tasks:
    **M = min(C − 1, min M(p))**; runs the Great Expectations gate (its own in-memory GX
    run): M non-null, never decreasing over the GC history and below C; every partition's
    lower bound never below the last run's, previous_applied ≤ max_applied, lower bound
-   ≤ previous_applied; newly committed L1 files with unique, contiguous offsets.
+   ≤ previous_applied, no pending placeholder at or below M; newly committed L1 files
+   with unique, contiguous offsets.
    **If it fails, the DAG stops here and nothing is deleted**; the log lists each failed
    expectation. It does not retry: a failed invariant needs a person.
 2. **collect** — runs the GC: the same gate again immediately before deleting
