@@ -102,6 +102,7 @@ class PartitionView:
     lag_records: int
     lag_bytes: int
     holders: tuple[sm.Holder, ...]
+    #: The smallest epoch of an accepted placeholder not reconciled yet (None: none).
     min_pending_epoch: int | None = None
 
     @property
@@ -161,6 +162,7 @@ def m_digest(views: list[PartitionView]) -> str:
 HISTORY_SCHEMA = pa.schema([
     ("seq", pa.int64()), ("candidate", pa.bool_()), ("status", pa.string()), ("m", pa.int64()),
     ("cluster_epoch", pa.int64()), ("m_high_water_before", pa.int64()), ("started_ms", pa.int64()),
+    ("run_id", pa.string()),
 ])
 STATE_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("source", pa.string()),
@@ -173,13 +175,13 @@ STATE_SCHEMA = pa.schema([
 def history_table(tail: list[dict[str, Any]], candidate: dict[str, Any]) -> pa.Table:
     rows = [{"seq": r["seq"], "candidate": False, "status": r["status"], "m": r.get("m"),
              "cluster_epoch": r.get("cluster_epoch"), "m_high_water_before": r.get("m_high_water_before"),
-             "started_ms": r.get("started_ms")}
+             "started_ms": r.get("started_ms"), "run_id": r.get("run_id")}
             for r in tail if r.get("status") in PASSED]
     rows.append({**candidate, "candidate": True, "status": "candidate"})
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 
 
-def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int], m: int | None) -> pa.Table:
+def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int], m: int | None = None) -> pa.Table:
     return pa.Table.from_pylist([
         {"topic": v.topic, "partition": v.partition, "source": v.source,
          "min_epoch_lower_bound": v.min_epoch_lower_bound,
@@ -272,7 +274,8 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
 
     frames = {
         "gc_history": history_table(tail, {"seq": last + 1, "m": decision.m, "cluster_epoch": c,
-                                           "m_high_water_before": hw_before, "started_ms": started_ms}),
+                                           "m_high_water_before": hw_before, "started_ms": started_ms,
+                                           "run_id": run_id}),
         "partition_state": state_table(views, previous_lb, decision.m),
         "l1_files": gc_l1.check_table(sweeps),
     }

@@ -5,13 +5,14 @@ Runs after every successful reconcile (the `ctp://reconcile/summary` Asset) or f
 trigger form. Tasks:
 
 1. **gate** — reads the cluster epoch C, then every partition; computes the safe epoch
-   **M = min(C − 1, min M(p))**; runs the Great Expectations checkpoint `ctp_gc_gate`:
-   M non-null, never decreasing over the GC history and below C; every partition's
+   **M = min(C − 1, min M(p))**; runs the Great Expectations gate (its own in-memory GX
+   run): M non-null, never decreasing over the GC history and below C; every partition's
    lower bound never below the last run's, previous_applied ≤ max_applied, lower bound
-   ≤ previous_applied; newly committed L1 files with unique, contiguous offsets.
+   ≤ previous_applied, no pending placeholder at or below M; newly committed L1 files
+   with unique, contiguous offsets.
    **If it fails, the DAG stops here and nothing is deleted**; the log lists each failed
    expectation. It does not retry: a failed invariant needs a person.
-2. **collect** — runs the GC: the same checkpoint again immediately before deleting
+2. **collect** — runs the GC: the same gate again immediately before deleting
    (the guard that protects the deletes), then deletes every L0 object with epoch ≤ M
    and uncommitted L1 files past their grace, and appends the run to the GC history
    (`gc/history/` in the store). With `dry_run` it only counts what it would delete.
@@ -98,8 +99,10 @@ def ctp_gc():
             if stage == "delete" and (done == total or done % 10_000 < 1000):
                 print(f"deleted {done}/{total} L0 objects")
 
+        store = open_store(cfg)
         try:
-            rec = run_gc(open_store(cfg), gate=GxGate(cfg.report_dir), config=_config(params), on_progress=progress)
+            rec = run_gc(store, gate=GxGate(cfg.report_dir, store_url=store.url), config=_config(params),
+                         on_progress=progress)
         except GateFailed as e:
             from airflow.exceptions import AirflowFailException
 

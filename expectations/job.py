@@ -12,7 +12,7 @@ from ctp_state.errors import GateFailed
 from ctp_state.gc_history import GcHistory
 from ctp_state.gc_run import GcConfig, run_gc, validate
 from ctp_state.store import ObjectStore
-from expectations.gate import GxGate
+from expectations.gate import GxGate, claim
 from expectations.report import publish, write_summary_page
 
 DEFAULT_REPORT_DIR = "ctp-report"
@@ -34,6 +34,7 @@ class GcOutcome:
 
 
 def write_report(store: ObjectStore, report_dir: str, gate: GxGate | None = None, *, publish_to_store: bool = False) -> tuple[str, int]:
+    claim(report_dir, store.url)  # before anything is written: the directory is this store's
     records = GcHistory(store).tail(REPORT_RUNS)
     docs = os.path.join(gate.docs_dir if gate else GxGate(report_dir).docs_dir, "index.html")
     page = write_summary_page(report_dir, records, docs_index=docs if os.path.exists(docs) else None)
@@ -43,8 +44,9 @@ def write_report(store: ObjectStore, report_dir: str, gate: GxGate | None = None
 def gc_job(store: ObjectStore, config: GcConfig, report_dir: str, *, publish_to_store: bool = False,
            on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None) -> GcOutcome:
     """Run one GC behind the GX gate and write the report. A failed gate is returned in
-    ``error`` (the report shows it) rather than raised, so callers report first."""
-    gate = GxGate(report_dir)
+    ``error`` (the report shows it) rather than raised, so callers report first. A report
+    directory of another store raises :class:`ConfigError` before anything is read."""
+    gate = GxGate(report_dir, store_url=store.url)
     record, error = None, None
     try:
         record = run_gc(store, gate=gate, config=config, on_progress=on_progress)
@@ -55,8 +57,8 @@ def gc_job(store: ObjectStore, config: GcConfig, report_dir: str, *, publish_to_
 
 
 def validate_job(store: ObjectStore, config: GcConfig, report_dir: str) -> tuple[bool, list[str], dict[str, Any]]:
-    """The checkpoint alone; returns (success, failures, statistics and M)."""
-    gate = GxGate(report_dir)
+    """The gate alone; returns (success, failures, statistics and M)."""
+    gate = GxGate(report_dir, store_url=store.url)
     result, failures, p = validate(store, gate, config)
     info = {"statistics": result.statistics, "m": p.decision.m, "cluster_epoch": p.cluster_epoch,
             "partitions": len(p.views), "docs": result.docs,

@@ -10,14 +10,20 @@ no network at all.
 :func:`write_summary_page` writes ``index.html`` at the top of the report directory: M
 and C over time (inline SVG), what holds M back now, deletes per run, failures, and a
 link to the Data Docs. It is a single file with no external references.
+
+:func:`gate_index_page` and :func:`gate_run_page` are the Data Docs site's own index and
+per-run pages (the gate, :mod:`expectations.gate`, lists its runs with them); pages are
+written with :func:`write_atomic`, as GCs of one store may share a report directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import html
 import os
 import re
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +50,20 @@ img{max-height:40px}nav,.navbar,.fixed-top{position:static!important}.container{
 """
 
 
+def write_atomic(path: str, text: str) -> None:
+    """Readers see the old file or the new one, never a torn one."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def localize_data_docs(site_dir: str) -> int:
     """Rewrite every HTML page under ``site_dir`` to need no network; return how many
     pages changed. Idempotent."""
@@ -67,6 +87,56 @@ def localize_data_docs(site_dir: str) -> int:
                 f.write(text)
             changed += 1
     return changed
+
+
+# --- the gate's runs in the Data Docs site ---------------------------------------------------
+
+
+def _page(title: str, body: str) -> str:
+    e = html.escape
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
+            f"<style>{OFFLINE_CSS} .ok{{color:#2b8a3e}} .bad{{color:#c92a2a}} code{{font-size:.9em}}</style>"
+            f"</head><body><h1>{e(title)}</h1>{body}</body></html>")
+
+
+def _verdict(entry: dict[str, Any]) -> str:
+    st = entry.get("statistics") or {}
+    ok = entry.get("success")
+    return (f'<span class="{"ok" if ok else "bad"}">{"passed" if ok else "FAILED"}</span> '
+            f"{st.get('successful', 0)}/{st.get('evaluated', 0)}")
+
+
+def gate_run_page(entry: dict[str, Any]) -> str:
+    """One gate run (``runs/<id>.html`` in the Data Docs site): verdict, failures, and
+    links to its validation result pages."""
+    e = html.escape
+    rows = "".join(
+        f'<tr><td>{e(suite)}</td><td><a href="../{e(rel)}">validation result</a></td>'
+        f'<td><a href="../{e(entry.get("suites", {}).get(suite, ""))}">suite</a></td></tr>'
+        for suite, rel in sorted(entry.get("pages", {}).items()))
+    fails = "".join(f"<li><code>{e(f)}</code></li>" for f in entry.get("failures", []))
+    body = (f"<p>{_verdict(entry)} expectations; validated {e(entry.get('time', ''))}. "
+            f'<a href="../index.html">All gate runs</a></p>'
+            + (f'<h2 class="bad">Failures (the GC deleted nothing)</h2><ul>{fails}</ul>' if fails else "")
+            + f"<table><tr><th>table</th><th>result</th><th>expectations</th></tr>{rows}</table>")
+    return _page(f"GC gate run {entry.get('id', entry.get('run', ''))}", body)
+
+
+def gate_index_page(entries: Sequence[dict[str, Any]]) -> str:
+    """The Data Docs site's ``index.html``: every kept gate run, newest first."""
+    e = html.escape
+    rows = []
+    for en in entries:
+        links = " ".join(f'<a href="{e(rel)}">{e(suite)}</a>' for suite, rel in sorted(en.get("pages", {}).items()))
+        first = en.get("failures") or []
+        rows.append(f'<tr><td><a href="runs/{e(en["id"])}.html">{e(en["id"])}</a></td><td>{e(en.get("time", ""))}</td>'
+                    f"<td>{_verdict(en)}</td><td>{links}</td>"
+                    f"<td>{'<code>' + e(first[0][:200]) + '</code>' if first else ''}"
+                    f"{f' and {len(first) - 1} more' if len(first) > 1 else ''}</td></tr>")
+    body = ("<p>Great Expectations validation results of the GC gate, newest first. The run is the GC run id.</p>"
+            "<table><tr><th>run</th><th>validated (UTC)</th><th>result</th><th>validation results</th>"
+            "<th>first failure</th></tr>" + "".join(rows) + "</table>") if rows else "<p>No gate run yet.</p>"
+    return _page("ctp GC gate: Data Docs", body)
 
 
 # --- the GC summary page ---------------------------------------------------------------------
@@ -176,8 +246,7 @@ def write_summary_page(report_dir: str, records: Sequence[dict[str, Any]], *, do
                      + "".join(rows) + "</table>")
     parts.append("</body></html>")
     path = os.path.join(report_dir, "index.html")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("".join(parts))
+    write_atomic(path, "".join(parts))  # GCs of one store may share the directory
     return path
 
 
@@ -188,7 +257,7 @@ def publish(store: ObjectStore, report_dir: str, prefix: str = "reports/gc/") ->
     site = os.path.join("gx", "uncommitted", "data_docs", "local_site")
     paths = [os.path.join(report_dir, "index.html")]
     for folder, _, names in os.walk(os.path.join(report_dir, site)):
-        paths += [os.path.join(folder, name) for name in names]
+        paths += [os.path.join(folder, name) for name in names if not name.startswith(".tmp-")]
     for path in paths:
         if not os.path.isfile(path):
             continue

@@ -7,13 +7,16 @@ Each suite validates one table the GC builds before it deletes anything
                      candidate row for this run (I3: M non-null, non-decreasing, M < C,
                      and never below the highest M any passing run recorded)
 ``partition_state``  every partition's state now, beside the lower bound the previous
-                     GC recorded (I3 per partition; the R3 ordering of the epochs)
+                     GC recorded (I3 per partition; the R3 ordering of the epochs), and
+                     the smallest epoch of its pending placeholders beside this run's M
+                     (I1: nothing pending at or below M)
 ``l1_files``         every L1 file committed since the last sweep (I2: offsets unique
                      and contiguous within a file and across files of a partition)
 
 Pair expectations skip rows where either side is missing: a partition the previous run
 did not know has no previous lower bound; a run that did not read L1 rows has no row
-counts.
+counts; a partition with nothing pending (or read from a reconcile summary, which does
+not carry it) has no pending epoch.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ def partition_state() -> gx.ExpectationSuite:
     s.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
         column_A="previous_applied_epoch", column_B="min_epoch_lower_bound", or_equal=True,
         ignore_row_if=MISSING, meta={"why": "R3: the lower bound never passes previous_applied"}))
+    s.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+        column_A="min_pending_epoch", column_B="candidate_m", or_equal=False, ignore_row_if=MISSING,
+        meta={"why": "I1: no pending placeholder may point at an L0 object at or below M"}))
     s.add_expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition"]))
     return s
 

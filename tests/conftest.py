@@ -110,11 +110,23 @@ def store(store_url) -> ObjectStore:
     return open_store(url, env)
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def with_this_checkout(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this checkout first on ``PYTHONPATH``: child processes (the ``ctp``
+    script, helper scripts) import the code under test even when the venv's editable
+    install points at another checkout (the editable finder only answers what
+    ``sys.path`` does not)."""
+    path = [REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != REPO]
+    return {**env, "PYTHONPATH": os.pathsep.join(path)}
+
+
 @pytest.fixture
 def subprocess_env(store_url) -> dict[str, str]:
     """Environment for child processes that open the same store."""
     url, env = store_url
-    return {**os.environ, **env, "CTP_STORE": url}
+    return with_this_checkout({**os.environ, **env, "CTP_STORE": url})
 
 
 @pytest.fixture

@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import re
 
+import pyarrow as pa
 import pytest
 
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, GateFailed
 from ctp_state.gc_history import GcHistory, partitions_key
-from ctp_state.gc_run import GcConfig, run_gc
+from ctp_state.gc_run import GcConfig, prepare, run_gc
 from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
@@ -271,3 +272,38 @@ def test_a_concurrent_gc_that_saw_a_higher_m_supersedes_a_slower_one(store, gate
     assert slow["status"] == "superseded" and slow["m_high_water"] == inner[0]["m_high_water"]
     nxt = run_gc(store, gate=gate)  # the history stays monotonic: the next run passes
     assert nxt["status"] == "ok" and nxt["m"] >= inner[0]["m"]
+
+
+def test_a_pending_placeholder_at_or_below_m_fails_the_partition_state_suite(gate):
+    from tests.gc.test_gate_isolation import gate_frames
+
+    frames = gate_frames()
+    state = frames["partition_state"]
+    m = [5] * state.num_rows
+    for pending, ok in (([6, None, 9], True), ([6, 5, None], False), ([4, None, None], False)):
+        t = state.set_column(state.schema.get_field_index("min_pending_epoch"), "min_pending_epoch",
+                             pa.array(pending, pa.int64()))
+        t = t.set_column(t.schema.get_field_index("candidate_m"), "candidate_m", pa.array(m, pa.int64()))
+        result = gate({**frames, "partition_state": t})
+        assert result.success is ok, result.failures
+        if not ok:
+            (f,) = result.failures
+            assert f.startswith("partition_state: expect_column_pair_values_a_to_be_greater_than_b("
+                                "column_A=min_pending_epoch, column_B=candidate_m, or_equal=False) 1 unexpected")
+            assert f.endswith("[I1: no pending placeholder may point at an L0 object at or below M]")
+
+
+def test_the_partition_state_table_carries_pending_epochs_from_the_logs_and_m(store, gate):
+    reconciled(store)
+    with Producer(store, epoch_ttl_s=0) as prod:  # pending: written after the last reconcile
+        assert prod.write([(("t", 2), [Record(b"pending")])])[0].accepted
+    c = ClusterEpoch(store).current()
+    logs = prepare(store, GcConfig(summary_max_age_s=0))
+    rows = {r["partition"]: r for r in logs.frames["partition_state"].to_pylist()}
+    assert [rows[p]["min_pending_epoch"] for p in range(3)] == [None, None, c]
+    assert {r["candidate_m"] for r in rows.values()} == {logs.decision.m} and logs.decision.m < c
+    assert gate(logs.frames).success
+    summary = prepare(store)  # the fresh reconcile summary does not carry pending epochs
+    assert {r["source"] for r in summary.frames["partition_state"].to_pylist()} == {"summary"}
+    assert summary.frames["partition_state"].column("min_pending_epoch").null_count == 3
+    assert run_gc(store, gate=gate)["status"] == "ok"
