@@ -33,8 +33,8 @@ from ctp_state.read import committed_l1_keys
 from ctp_state.store import ObjectStore, open_store
 from expectations.gate import MARKER, claim
 from expectations.job import gc_job, validate_job, write_report
-from tests.core.test_cli import CTP, ctp
 from tests.conftest import with_this_checkout
+from tests.core.test_cli import CTP, ctp
 from tests.gc.test_gc_run import l0_keys, reconciled
 
 ROUNDS = 3
