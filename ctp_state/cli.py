@@ -446,10 +446,13 @@ def _gc_config(**kw: Any) -> Any:
 @click.option("--max-deletes", type=int, default=None, help="Delete at most this many L0 objects (lowest epochs first).")
 @click.option("--in-flight", type=int, default=4, show_default=True, help="DeleteObjects batches in flight.")
 @click.option("--publish-report", is_flag=True, help="Also copy the report into the store under reports/gc/.")
+@click.option("--verify", "verify_first", is_flag=True,
+              help="Run `ctp verify` first (every checksum and reference; slow); any error stops the GC.")
 @_gc_options
 @command
 def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None, in_flight: int,
-       publish_report: bool, grace_seconds: float, l1_grace_seconds: float, report_dir: str | None) -> None:
+       publish_report: bool, verify_first: bool, grace_seconds: float, l1_grace_seconds: float,
+       report_dir: str | None) -> None:
     """Garbage-collect L0 objects with epoch <= M, behind the Great Expectations gate.
 
     Reads C, then every partition; M = min(C - 1, min M(p)); runs the checkpoint (M
@@ -461,6 +464,15 @@ def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None
 
     config = _gc_config(dry_run=dry_run, grace_s=grace_seconds, l1_grace_s=l1_grace_seconds,
                         max_deletes=max_deletes, in_flight=in_flight)
+    if verify_first:
+        from ctp_state.verify import verify as run_verify
+
+        checked = run_verify(store)
+        for f in checked.errors:
+            click.echo(f"  {f.severity}: {f.where}: {f.what}" + (f" [{f.key}]" if f.key else ""), err=True)
+        if not checked.ok:
+            fail(f"verify found {len(checked.errors)} problem(s), nothing deleted; first: "
+                 f"{checked.errors[0].where}: {checked.errors[0].what}")
     report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env()
     with _progress() as progress:
         task = progress.add_task("reading partitions", total=None)

@@ -12,11 +12,16 @@ trigger form. Tasks:
    with unique, contiguous offsets.
    **If it fails, the DAG stops here and nothing is deleted**; the log lists each failed
    expectation. It does not retry: a failed invariant needs a person.
-2. **collect** — runs the GC: the same gate again immediately before deleting
+2. **verify** — with the `verify` param, `ctp verify` first: every state-log entry's and
+   snapshot's checksum, snapshot/log agreement, offset 0, every referenced L0/L1 object.
+   Any error fails the DAG here (no retry), nothing deleted. It reads every entry of
+   every log, so it is off by default; turn it on after an incident. Without the
+   param the task only says it was skipped.
+3. **collect** — runs the GC: the same gate again immediately before deleting
    (the guard that protects the deletes), then deletes every L0 object with epoch ≤ M
    and uncommitted L1 files past their grace, and appends the run to the GC history
    (`gc/history/` in the store). With `dry_run` it only counts what it would delete.
-3. **report** — writes the operator report (`index.html`: M over time, what holds M
+4. **report** — writes the operator report (`index.html`: M over time, what holds M
    back, deletes and failures per run) next to the Data Docs, readable offline, in the
    report directory (Variable `ctp_report_dir`, `$CTP_REPORT_DIR`, or
    `$AIRFLOW_HOME/ctp/report`); with `publish_report` also into the store under
@@ -63,6 +68,8 @@ def _config(params):
         "l1_grace_seconds": Param(3600, type="number", minimum=0,
                                   description="Leave uncommitted L1 files younger than this."),
         "publish_report": Param(False, type="boolean", description="Also copy the report into the store."),
+        "verify": Param(False, type="boolean",
+                        description="Run `ctp verify` (every checksum and reference; slow) before deleting."),
     },
     default_args={"owner": OWNER, "retries": 1, "retry_delay": timedelta(minutes=1),
                   "execution_timeout": timedelta(hours=1)},
@@ -86,10 +93,30 @@ def ctp_gc():
                                        + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""))
         return {"m": info["m"], "cluster_epoch": info["cluster_epoch"]}
 
+    @task(retries=0)
+    def verify(gated: dict, params=None) -> dict:
+        """`ctp verify` when the `verify` param asks; fails the DAG (no retry) on any error."""
+        if not params.get("verify"):
+            print("verify: skipped (set the `verify` param to check every checksum and reference first)")
+            return {"verified": False}
+        from airflow.exceptions import AirflowFailException
+
+        from ctp_state.verify import verify as run_verify
+
+        report = run_verify(open_store(resolve()))
+        for f in report.findings:
+            print(f"{f.severity}: {f.where}: {f.what}" + (f" [{f.key}]" if f.key else ""))
+        print(f"verify: {len(report.partitions)} partitions, {len(report.errors)} errors")
+        if not report.ok:
+            first = report.errors[0]
+            raise AirflowFailException(f"verify found {len(report.errors)} problem(s), nothing deleted; first: "
+                                       f"{first.where}: {first.what}")
+        return {"verified": True}
+
     @task(outlets=[GC_ASSET])
-    def collect(gated: dict, params=None) -> dict:
+    def collect(verified: dict, params=None) -> dict:
         """Delete L0 <= M (re-checked by the same gate first) and L1 orphans; record the run."""
-        from ctp_state.errors import GateFailed
+        from ctp_state.errors import GateFailed, StateUnreadable
         from ctp_state.gc_run import run_gc
         from expectations.gate import GxGate
 
@@ -103,7 +130,7 @@ def ctp_gc():
         try:
             rec = run_gc(store, gate=GxGate(cfg.report_dir, store_url=store.url), config=_config(params),
                          on_progress=progress)
-        except GateFailed as e:
+        except (GateFailed, StateUnreadable) as e:  # nothing deleted; a person must look, not a retry
             from airflow.exceptions import AirflowFailException
 
             raise AirflowFailException(str(e)) from None
@@ -128,7 +155,7 @@ def ctp_gc():
         print(f"report: {page}" + (f" ({n} files published to reports/gc/)" if n else ""))
         return page
 
-    collected = collect(gate())
+    collected = collect(verify(gate()))
     collected >> report()
 
 

@@ -112,7 +112,7 @@ def test_trigger_the_gc_dag_with_dry_run_through_the_rest_api(airflow_env, store
         r = requests.patch(f"{base}/api/v2/dags/ctp_gc", headers=h, json={"is_paused": False}, timeout=10)
         assert r.ok, r.text
         r = requests.post(f"{base}/api/v2/dags/ctp_gc/dagRuns", headers=h,
-                          json={"logical_date": None, "conf": {"dry_run": True}}, timeout=10)
+                          json={"logical_date": None, "conf": {"dry_run": True, "verify": True}}, timeout=10)
         assert r.ok, r.text
         run_id = r.json()["dag_run_id"]
 
@@ -123,7 +123,7 @@ def test_trigger_the_gc_dag_with_dry_run_through_the_rest_api(airflow_env, store
         assert wait_for("the GC DAG run", finished, timeout=300, every=2) == "success", procs.tail()
         tis = requests.get(f"{base}/api/v2/dags/ctp_gc/dagRuns/{run_id}/taskInstances", headers=h, timeout=10).json()
         assert {t["task_id"]: t["state"] for t in tis["task_instances"]} == {
-            "gate": "success", "collect": "success", "report": "success"}
+            "gate": "success", "verify": "success", "collect": "success", "report": "success"}
     finally:
         procs.stop()
     rec = GcHistory(store).tail(1)[0]

@@ -51,12 +51,14 @@ def test_each_dag_is_documented_tagged_and_does_not_overlap(dagbag, dag_id):
 
 def test_the_gc_gate_does_not_retry_and_the_report_always_runs(dagbag):
     dag = dagbag.dags["ctp_gc"]
-    gate, collect, report = (dag.get_task(t) for t in ("gate", "collect", "report"))
-    assert gate.retries == 0  # a failed invariant needs a person, not a retry
-    assert collect.upstream_task_ids == {"gate"} and report.upstream_task_ids == {"collect"}
+    gate, verify, collect, report = (dag.get_task(t) for t in ("gate", "verify", "collect", "report"))
+    assert gate.retries == 0 and verify.retries == 0  # a failed invariant needs a person, not a retry
+    assert verify.upstream_task_ids == {"gate"} and collect.upstream_task_ids == {"verify"}
+    assert report.upstream_task_ids == {"collect"}
+    assert dag.params["verify"] is False  # off by default: it reads every entry of every log
     assert report.trigger_rule == "all_done"
     assert set(dag.params.keys()) == {"dry_run", "topics", "max_deletes", "grace_seconds", "l1_grace_seconds",
-                                      "publish_report"}
+                                      "publish_report", "verify"}
     assert dag.params["dry_run"] is False
 
 

@@ -128,3 +128,18 @@ def test_ctp_verify_prints_findings_and_exits_1_on_errors(store, store_url, monk
     out = json.loads(bad.output[: bad.output.rindex("}") + 1])
     assert out["ok"] is False and out["errors"] == 1
     assert [p["ok"] for p in out["partitions"]] == [True, False]
+
+
+def test_ctp_gc_verify_stops_before_any_delete(store, store_url, monkeypatch, tmp_path):
+    url, env = store_url
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    populated(store)
+    for _ in range(3):
+        ClusterEpoch(store).advance()
+    run_reconcile(store)
+    store.delete_many([PartitionLog(store, "t", 0).read_state().committed_l1_keys()[0]])
+    before = {o.key for o in store.list(layout.L0_ROOT)}
+    out = CliRunner().invoke(main, ["gc", "--verify", "--store", url, "--report-dir", str(tmp_path / "r")])
+    assert out.exit_code == 1 and "verify found 1 problem(s), nothing deleted" in out.output
+    assert {o.key for o in store.list(layout.L0_ROOT)} == before
