@@ -33,7 +33,7 @@ from ctp_state import layout, validate
 from ctp_state import state as sm
 from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch, EpochCache
-from ctp_state.errors import CtpError, OutcomeUnknown, Rejected
+from ctp_state.errors import CtpError, OutcomeUnknown, OutOfOrderSequence, Rejected, SequenceConflict
 from ctp_state.fence import EpochFence
 from ctp_state.l0 import ChunkRef, Record, build_object
 from ctp_state.log import PartitionLog
@@ -94,9 +94,20 @@ class PartitionWriter:
                     ph = replace(ph, producer_id=self.producer_id, sequence=self.next_seq)
                 appended = self.log.append(self._get_state(), lambda s: ph)
                 self._install(appended.outcome.state)
-                if appended.outcome.accepted and self.producer_id is not None:
-                    self.next_seq += ph.record_count
+                if self.producer_id is not None:
+                    self._follow_sequence(appended.outcome, ph.record_count)
         return appended.offset, appended.outcome
+
+    def _follow_sequence(self, outcome: sm.Outcome, records: int) -> None:
+        """Move past a batch the log took. After a sequence verdict (an earlier batch
+        whose outcome was unknown did land under these numbers, or the partition forgot
+        this producer), continue from what the log remembers: the refused records were
+        not written, and a re-send gets fresh numbers."""
+        if outcome.accepted:
+            self.next_seq += records
+        elif isinstance(outcome.rejected, (OutOfOrderSequence, SequenceConflict)):
+            known = next((p for p in outcome.state.producers if p.producer_id == self.producer_id), None)
+            self.next_seq = 0 if known is None else known.last_seq + 1
 
 
 @dataclass(frozen=True, slots=True)

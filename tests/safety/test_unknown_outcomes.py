@@ -156,3 +156,21 @@ def test_ctp_produce_over_a_connection_that_drops_after_each_write(moto, fault_p
     assert out2["producer_id"] == out["producer_id"] and out2["duplicates"] >= 1
     for p in (0, 1):
         assert values(store, p) == [f"v{i}".encode() for i in range(p, 12, 2)]
+
+
+def test_after_an_unknown_outcome_that_landed_the_producer_moves_on(store):
+    """Library use: the unknown batch did land; the producer, not knowing, sends other
+    records under the same numbers: they are refused (not written), and the producer
+    continues after what the log holds, so its next batch is written."""
+    create_topic(store, "t", 1)
+    lossy = LostResponses(store, r"^logs/t/000000/", times=None, then_unreachable=True)
+    with Producer(lossy, epoch_ttl_s=0, producer_id="p-3") as prod:
+        assert prod.write([(("t", 0), [Record(b"landed")])])[0].outcome == "unknown"
+        prod.store = store  # the network comes back (same writers, same sequence numbers)
+        for w in prod._writers.values():
+            w.log.store = store
+        other = prod.write([(("t", 0), [Record(b"other")])])[0]
+        assert other.outcome == "rejected" and other.reason == "sequence_conflict"
+        again = prod.write([(("t", 0), [Record(b"other")])])[0]
+        assert again.outcome == "accepted" and again.base_offset == 1
+    assert values(store, 0) == [b"landed", b"other"]
