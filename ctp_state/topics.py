@@ -27,6 +27,7 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import (
     ConfigError,
     CorruptData,
+    InvalidTransition,
     KeyExists,
     ObjectNotFound,
     PartitionNotFound,
@@ -112,7 +113,12 @@ def _repair(store: ObjectStore, topic: str, partition: int, entry0: str,
     if state.initialized:
         return False  # repaired already (by a racing create, or an earlier run)
     epoch = ClusterEpoch(store).current()
-    appended = plog.append(state, lambda _s: Init(epoch))
+    try:
+        appended = plog.append(state, lambda _s: Init(epoch))
+    except InvalidTransition:
+        if plog.read_state().initialized:
+            return False  # a racing create repaired it first
+        raise
     what = (f"offset 0 held no init entry (written by an older ctp); appended the init at offset "
             f"{appended.offset} with epoch {epoch}; the {appended.offset} entries before it stay without effect")
     log.warning("%s/%d: %s", topic, partition, what)

@@ -110,3 +110,25 @@ def test_producing_while_a_topic_is_created_never_takes_offset_0(store):
     assert isinstance(first[1], Init)
     assert seen and seen[-1] is True
     assert m_now(store).m is not None
+
+
+def test_racing_repairs_append_one_init(store):
+    crashed_create(store, "t", 2, with_init=(0,))
+    key = layout.l0_key(0, 1, "old")
+    store.put_if_absent(layout.log_entry("t", 1, 0), encode(Placeholder(1, key, 8, 10, 1, 0)))
+    errors: list[Exception] = []
+
+    def repair() -> None:
+        try:
+            create_topic(store, "t", 2, exist_ok=True)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=repair) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    inits = [o for o, e in PartitionLog(store, "t", 1).entries() if isinstance(e, Init)]
+    assert len(inits) == 1 and PartitionLog(store, "t", 1).read_state().initialized
