@@ -1,0 +1,59 @@
+"""Attack: L1 files carry no checksum of the records (ctp_state/l1.py ``encode_parquet``
+writes no page checksums and stores no chunk CRC; ``read_l1`` checks nothing), so the
+end-to-end CRC32C a placeholder carries for its L0 chunk stops at the reconciler.
+
+A flipped byte in a committed L1 file's value column decodes fine (zstd leaves
+incompressible data as raw blocks): the GC's L1 check reads only the offset column and
+passes, the GC then deletes the L0 object (the only copy that could be checked), and
+every reader gets a record that is not byte-identical to what was acknowledged (I2),
+while ``ctp verify`` reports a clean store.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import CtpError
+from ctp_state.gc_run import run_gc
+from ctp_state.l0 import Record
+from ctp_state.log import PartitionLog
+from ctp_state.producer import Producer
+from ctp_state.read import committed_l1_keys, read_partition
+from ctp_state.reconcile import run_reconcile
+from ctp_state.topics import create_topic
+from ctp_state.verify import verify
+from tests.attack.helpers import l0_keys
+
+
+def test_a_flipped_byte_in_an_l1_file_is_served_silently_after_the_gc_dropped_the_l0_copy(store, gate):
+    create_topic(store, "t", 1)
+    ce = ClusterEpoch(store)
+    ce.advance()
+    value = random.Random(7).randbytes(4096)  # incompressible, like most payloads
+    with Producer(store, epoch_ttl_s=0) as prod:
+        v = prod.write([(("t", 0), [Record(value, b"k", 1234)])])[0]
+    assert v.accepted
+    run_reconcile(store)
+    (l1,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
+
+    data = bytearray(store.get(l1))
+    at = bytes(data).find(value[1000:1100])
+    assert at > 0
+    data[at + 7] ^= 0x04  # bit rot / a bad disk / a buggy copy tool
+    store.put(l1, bytes(data))
+
+    ce.advance()
+    ce.advance()
+    run_reconcile(store)  # R6: the idle partition's lower bound moves
+    rec = run_gc(store, gate=gate)  # the gate's L1 check passes
+    assert rec["status"] == "ok" and v.l0_key not in l0_keys(store)  # the checked copy is gone
+
+    report = verify(store)
+    try:
+        got = read_partition(store, "t", 0).to_pylist()[0]["value"]
+    except CtpError as e:  # detecting it would be fine
+        got = f"refused: {e}"
+    # I2: byte-identical, or at least never silently different; and verify must see it.
+    assert got == value or isinstance(got, str), "a reader got different bytes and no error"
+    assert not report.ok, "ctp verify reports a clean store"
