@@ -127,6 +127,18 @@ class PartitionLog:
         expected = after + 1
         for info in self.store.list(self.prefix, start_after=start_after):
             offset = layout.log_offset_of(info.key, self.prefix)
+            # A log of create-if-absent appends has no holes, but a listing taken while
+            # it grows may skip an entry and return a later one (a directory read during
+            # link(2)s on the local store). Read the skipped keys themselves; only one
+            # that is really absent is a gap.
+            while expected < offset:
+                key = self.key(expected)
+                try:
+                    data = self.store.get(key)
+                except ObjectNotFound:
+                    raise LogGap(info.key, expected, offset) from None
+                yield expected, en.decode(data, key)
+                expected += 1
             if offset != expected:
                 raise LogGap(info.key, expected, offset)
             yield offset, en.decode(self.store.get(info.key), info.key)

@@ -19,7 +19,7 @@ entry of every log: it costs O(store metadata), unlike the GC.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -110,34 +110,48 @@ def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_ob
     replayed = True  # the replay reached the end of the log
     expected = 0
     at_snapshot: sm.PartitionState | None = None
-    for info in store.list(plog.prefix):
-        try:
-            offset = layout.log_offset_of(info.key, plog.prefix)
-        except CorruptData as e:
-            say(ERROR, e.reason, info.key)
-            continue
-        if offset != expected:
-            say(ERROR, f"state log is not dense: expected offset {expected}, found {offset}", info.key)
+    def listed() -> Iterator[tuple[int, str, bytes | None]]:
+        """(offset, key, bytes or None when absent): the listing, with any key it skipped
+        while the log grew read directly (so only a real hole is reported)."""
+        nxt = 0
+        for info in store.list(plog.prefix):
+            try:
+                offset = layout.log_offset_of(info.key, plog.prefix)
+            except CorruptData as e:
+                say(ERROR, e.reason, info.key)
+                continue
+            while nxt < offset:
+                try:
+                    yield nxt, plog.key(nxt), store.get(plog.key(nxt))
+                except ObjectNotFound:
+                    yield nxt, plog.key(nxt), None
+                nxt += 1
+            if offset >= nxt:
+                yield offset, info.key, store.get(info.key)
+                nxt = offset + 1
+
+    for offset, key, data in listed():
+        if data is None:
+            say(ERROR, f"state log is not dense: offset {offset} is missing", key)
             replayed = False
             break
         expected += 1
         res.entries += 1
-        data = store.get(info.key)
         try:
-            entry = en.decode(data, info.key)
+            entry = en.decode(data, key)
         except CorruptData as e:
             covered = snap is not None and offset <= snap.applied_offset
             say(ERROR, f"entry does not decode ({e.reason})" + (
                 f"; the snapshot at offset {snap.applied_offset} covers it, so the state still reads, but "
                 "the log can no longer rebuild it" if covered else "; the partition's state cannot be read"),
-                info.key)
+                key)
             replayed = False
             break
         if not codec.is_sealed(data):
             res.unchecksummed += 1
         if offset == 0 and not isinstance(entry, Init):
             say(WARNING, "offset 0 is not the init entry (written by an older ctp); "
-                "`ctp topic create` repairs it by appending the init", info.key)
+                "`ctp topic create` repairs it by appending the init", key)
         state = sm.apply(state, offset, entry).state
         if snap is not None and offset == snap.applied_offset:
             at_snapshot = state
