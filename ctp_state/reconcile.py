@@ -37,11 +37,11 @@ from ctp_state import faults
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, Rejected
+from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
 from ctp_state.l1 import L1File, build_file
 from ctp_state.log import PartitionLog
 from ctp_state.sequence import DenseSequence
-from ctp_state.status import read_states, select_topics
+from ctp_state.status import select_topics, try_read_partition_states
 from ctp_state.store import ObjectStore
 
 RUNS_PREFIX = "runs/reconcile/"
@@ -192,8 +192,12 @@ def run_reconcile(
     map_files = map_files or (lambda files: build_files_locally(store, files, compression=config.compression))
 
     c = ClusterEpoch(store).current()  # C first (R4/R6), then the partitions
-    states = read_states(store, select_topics(store, topics))
+    wanted = [(t.name, p) for t in select_topics(store, topics) for p in range(t.partitions)]
+    got, unreadable = try_read_partition_states(store, wanted, threads=max(1, config.threads))
+    states = [s for s in got if s is not None]
     reports = {(s.topic, s.partition): PartitionReport(s.topic, s.partition, m_before=s.m) for s in states}
+    for t, p, why in unreadable:  # the others are reconciled; this one is reported
+        reports[(t, p)] = PartitionReport(t, p, status="error", reason=f"state cannot be read: {why}")
     for s in states:
         reports[(s.topic, s.partition)].observe(s)
         if not s.initialized:
@@ -212,12 +216,46 @@ def run_reconcile(
         except ClaimHeld as e:
             r.status, r.reason = "claim_held", str(e)
             return None
+        except CtpError as e:  # one partition's store trouble must not stop the others
+            r.status, r.reason = "error", f"claim failed: {e}"
+            if isinstance(e, OutcomeUnknown):
+                _release_if_held(log, owner)  # it may have landed: do not strand it
+            return None
         if got.outcome.rejected is not None:
             r.status, r.reason = "claim_held", str(got.outcome.rejected)
             return None
         return log, got.outcome.state
 
     claimed = [x for x in _pmap(claim, todo, config.threads) if x is not None]
+    released: set[tuple[str, int]] = set()
+    try:
+        _build_and_commit(store, c, config, owner, claimed, reports, released, map_files, on_progress)
+    finally:
+        # Whatever failed (a Spark job, a crash of the build), release what was claimed
+        # and not yet released, so other runs need not wait for the lease.
+        for log, st in claimed:
+            if (st.topic, st.partition) not in released:
+                _release_if_held(log, owner)
+
+    summary = _summarize(run_id, started_ms, c, config, reports)
+    return summaries(store).append(lambda seq: summary)
+
+
+def _release_if_held(log: PartitionLog, owner: str) -> None:
+    """Best effort: release every claim ``owner`` holds on ``log``'s partition."""
+    try:
+        st = log.read_state()
+        for h in [h for h in st.holders if h.owner == owner]:
+            st = log.release(st, owner, h.writer_epoch).outcome.state
+    except CtpError:
+        pass  # the lease runs out by itself
+
+
+def _build_and_commit(store: ObjectStore, c: int, config: ReconcileConfig, owner: str,
+                      claimed: list[tuple[PartitionLog, sm.PartitionState]],
+                      reports: dict[tuple[str, int], PartitionReport], released: set[tuple[str, int]],
+                      map_files: Callable[[list[L1File]], list[dict]],
+                      on_progress: Callable[[str, int, int], None]) -> None:
     faults.hit("after_claim")
 
     # 3-4. plan and build
@@ -276,17 +314,15 @@ def run_reconcile(
         finally:
             try:
                 st = log.release(st, owner, writer_epoch).outcome.state
+                released.add((st.topic, st.partition))
             except CtpError:
-                pass  # the lease will run out; the next claim is not blocked for long
+                pass  # released by the run's own finally, or the lease runs out
             r.observe(st)
             with done_lock:
                 done[0] += 1
                 on_progress("commit", done[0], len(claimed))
 
     _pmap(commit, list(enumerate(claimed)), config.threads)
-
-    summary = _summarize(run_id, started_ms, c, config, reports)
-    return summaries(store).append(lambda seq: summary)
 
 
 def _verdict_status(e: Exception) -> str:
