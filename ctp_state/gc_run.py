@@ -44,7 +44,7 @@ from ctp_state.errors import CtpError, GateFailed, StateUnreadable
 from ctp_state.gc import GcCounters, Holdback, MDecision, compute_m, delete_objects, plan_l0_deletes
 from ctp_state.gc_history import PARTITION_SCHEMA, PASSED, GcHistory, high_water
 from ctp_state.reconcile import state_fields, summaries
-from ctp_state.status import try_read_partition_states, select_topics
+from ctp_state.status import select_topics, try_read_partition_states, unaccounted_logs
 from ctp_state.store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -136,8 +136,10 @@ def gather(store: ObjectStore, *, threads: int = 32) -> tuple[int, list[Partitio
     """C first, then every partition's state from its log (R4). Raises
     :class:`StateUnreadable`, naming every partition that does not read, if any."""
     c = ClusterEpoch(store).current()
-    wanted = [(t.name, p) for t in select_topics(store) for p in range(t.partitions)]
+    topics = select_topics(store)
+    wanted = [(t.name, p) for t in topics for p in range(t.partitions)]
     states, problems = try_read_partition_states(store, wanted, threads=threads)
+    problems += unaccounted_logs(store, topics)
     if problems:
         raise StateUnreadable(problems)
     return c, [PartitionView.of_state(s) for s in states]  # type: ignore[arg-type]
@@ -254,6 +256,11 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
     watermarks: dict[tuple[str, int], tuple[int, int]] = {}
     if ref:
         pt = history.read_partitions(ref["partitions_key"]).to_pylist()
+        now = {(v.topic, v.partition) for v in views}
+        gone = [(r["topic"], r["partition"], f"the GC run {ref['seq']} saw this partition, the topic "
+                 "metadata no longer lists it") for r in pt if (r["topic"], r["partition"]) not in now]
+        if gone:
+            raise StateUnreadable(gone)
         previous_lb = {(r["topic"], r["partition"]): r["min_epoch_lower_bound"] for r in pt
                        if r["min_epoch_lower_bound"] is not None}
         watermarks = {(r["topic"], r["partition"]): (r["l1_swept_through"], r["l1_swept_log_end"]) for r in pt}

@@ -54,8 +54,11 @@ def topic_meta(topic: str) -> str:
     return f"{TOPICS}{topic}.json"
 
 
+LOGS_ROOT = "logs/"
+
+
 def log_prefix(topic: str, partition: int) -> str:
-    return f"logs/{topic}/{partition:06d}/"
+    return f"{LOGS_ROOT}{topic}/{partition:06d}/"
 
 
 def log_entry(topic: str, partition: int, offset: int) -> str:

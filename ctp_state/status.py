@@ -6,8 +6,9 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ctp_state import layout
 from ctp_state import state as sm
-from ctp_state.errors import CtpError
+from ctp_state.errors import CtpError, TopicNotFound
 from ctp_state.log import PartitionLog
 from ctp_state.store import ObjectStore
 from ctp_state.topics import Topic, get_topic, list_topics
@@ -49,6 +50,36 @@ def try_read_partition_states(store: ObjectStore, partitions: list[tuple[str, in
         got = list(pool.map(one, partitions))
     problems = [(t, p, r) for (t, p), r in zip(partitions, got) if isinstance(r, str)]
     return [None if isinstance(r, str) else r for r in got], problems
+
+
+def unaccounted_logs(store: ObjectStore, topics: list[Topic]) -> list[tuple[str, int, str]]:
+    """State logs the topic metadata does not account for, as ``(topic, partition, why)``
+    (partition -1: a whole topic). A partition whose metadata went missing or shrank
+    would drop out of M and of every check; the GC must see it (R4, R9)."""
+    known = {t.name: t.partitions for t in topics}
+    problems: list[tuple[str, int, str]] = []
+    topic_dirs, _ = store.list_level(layout.LOGS_ROOT)
+    for d in topic_dirs:
+        name = d[len(layout.LOGS_ROOT):-1]
+        if name in known:
+            continue
+        try:
+            get_topic(store, name)
+            continue  # created after ``topics`` was listed: its inits carry an epoch >= C (R4)
+        except TopicNotFound:
+            problems.append((name, -1, f"state logs exist under {d} but the topic has no metadata "
+                             f"({layout.topic_meta(name)} is missing)"))
+        except CtpError as e:
+            problems.append((name, -1, f"state logs exist under {d} but the topic's metadata does not read: {e}"))
+    for t in topics:
+        part_dirs, _ = store.list_level(f"{layout.LOGS_ROOT}{t.name}/")
+        for d in part_dirs:
+            part = d.rstrip("/").rsplit("/", 1)[1]
+            if not part.isdigit() or int(part) >= t.partitions:
+                problems.append((t.name, int(part) if part.isdigit() else -1,
+                                 f"a state log exists under {d} but the topic's metadata says it has "
+                                 f"{t.partitions} partitions"))
+    return problems
 
 
 def describe(s: sm.PartitionState) -> dict[str, Any]:

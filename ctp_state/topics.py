@@ -15,18 +15,18 @@ without effect), so the partition, and the GC, work again.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ctp_state import layout, validate
+from ctp_state import codec, layout, validate
 from ctp_state.entries import Init, decode, encode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import (
     ConfigError,
     CorruptData,
+    InvalidTopicName,
     InvalidTransition,
     KeyExists,
     ObjectNotFound,
@@ -37,7 +37,8 @@ from ctp_state.errors import (
 )
 from ctp_state.store import ObjectStore
 
-META_VERSION = 1
+META_VERSION = 2
+SUPPORTED_META_VERSIONS = (1, 2)  # 1: before checksums
 MAX_PARTITIONS = 100_000
 log = logging.getLogger(__name__)
 
@@ -55,13 +56,24 @@ class Topic:
 
 
 def _decode(data: bytes, key: str) -> Topic:
+    """Topic metadata decides which partitions the GC reads (R4), so it is sealed like
+    the state log (version 1, written before checksums, is still read)."""
+    sealed = codec.is_sealed(data)
+    b = codec.unseal(data, key, "topic metadata") if sealed else codec.loads(data, key, "topic metadata")
+    if b.get("v") not in SUPPORTED_META_VERSIONS:
+        raise UnsupportedVersion(key, "topic metadata", b.get("v"), SUPPORTED_META_VERSIONS)
+    if b["v"] != 1 and not sealed:
+        raise CorruptData(key, "topic metadata has no checksum (it is truncated, or was edited)")
     try:
-        b = json.loads(data)
-        if b.get("v") != META_VERSION:
-            raise UnsupportedVersion(key, "topic metadata", b.get("v"), (META_VERSION,))
-        return Topic(validate.topic_name(b["name"]), int(b["partitions"]), int(b["created_ms"]))
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        partitions = validate.int64(b["partitions"], what="partitions", minimum=1, maximum=MAX_PARTITIONS)
+        return Topic(validate.topic_name(b["name"]), partitions, validate.int64(b["created_ms"], what="created_ms"))
+    except (ValueError, KeyError, TypeError, InvalidTopicName) as e:
         raise CorruptData(key, f"malformed topic metadata: {e}") from None
+
+
+def encode_meta(topic: Topic) -> bytes:
+    return codec.seal({"v": META_VERSION, "name": topic.name, "partitions": topic.partitions,
+                       "created_ms": topic.created_ms})
 
 
 def create_topic(store: ObjectStore, name: str, partitions: int, *, exist_ok: bool = False,
@@ -73,10 +85,9 @@ def create_topic(store: ObjectStore, name: str, partitions: int, *, exist_ok: bo
         raise ConfigError(f"partition count must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}")
     topic = Topic(name, partitions, int(time.time() * 1000))
     key = layout.topic_meta(name)
-    body = {"v": META_VERSION, "name": name, "partitions": partitions, "created_ms": topic.created_ms}
     resumed = False
     try:
-        store.put_if_absent(key, json.dumps(body).encode())
+        store.put_if_absent(key, encode_meta(topic))
     except KeyExists:
         topic = _decode(store.get(key), key)
         if topic.partitions != partitions:

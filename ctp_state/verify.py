@@ -32,7 +32,7 @@ from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
 from ctp_state.gc_history import GcHistory
 from ctp_state.log import PartitionLog
 from ctp_state.reconcile import summaries
-from ctp_state.status import select_topics
+from ctp_state.status import select_topics, unaccounted_logs
 from ctp_state.store import ObjectStore
 
 ERROR, WARNING = "error", "warning"
@@ -198,6 +198,11 @@ def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_ob
 
 def verify_cluster(store: ObjectStore) -> list[Finding]:
     out: list[Finding] = []
+    try:
+        for t, p, why in unaccounted_logs(store, select_topics(store)):
+            out.append(Finding(ERROR, t if p < 0 else f"{t}/{p}", why + "; the GC will not run until this is fixed"))
+    except CtpError as e:
+        out.append(Finding(ERROR, "cluster", f"the topics cannot be read: {e}"))
     ce = ClusterEpoch(store)
     try:
         c = ce.current(repair=False)
