@@ -539,8 +539,9 @@ def validate_cmd(store: ObjectStore, as_json: bool, grace_seconds: float, l1_gra
 @main.command()
 @click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
 @click.option("--no-objects", is_flag=True, help="Skip checking that referenced L0/L1 objects exist.")
+@click.option("--deep", is_flag=True, help="Also read every committed L1 file whole (page checksums, offsets).")
 @command
-def verify(store: ObjectStore, as_json: bool, topics: tuple[str, ...], no_objects: bool) -> None:
+def verify(store: ObjectStore, as_json: bool, topics: tuple[str, ...], no_objects: bool, deep: bool) -> None:
     """Check every state-log entry and snapshot (checksums, agreement), offset 0, and
     that every L0/L1 object the state points at exists; change nothing.
 
@@ -552,7 +553,7 @@ def verify(store: ObjectStore, as_json: bool, topics: tuple[str, ...], no_object
         validate.topic_name(name)
     with _progress() as progress:
         task = progress.add_task("verifying partitions", total=None)
-        report = run_verify(store, topics or None, check_objects=not no_objects,
+        report = run_verify(store, topics or None, check_objects=not no_objects, deep=deep,
                             on_progress=lambda d, t: progress.update(task, completed=d, total=t))
     if as_json:
         emit(True, report.to_json())

@@ -25,17 +25,16 @@ get the committed keys: the slow path, taken only after crashes.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ctp_state import layout
 from ctp_state.errors import CorruptData
+from ctp_state.l1 import parse_l1
 from ctp_state.log import PartitionLog
 from ctp_state.read import committed_l1_keys
 from ctp_state.store import ObjectInfo, ObjectStore
@@ -52,6 +51,7 @@ L1_CHECK_SCHEMA = pa.schema([
     ("distinct_offsets", pa.int64()),
     ("min_offset", pa.int64()),
     ("max_offset", pa.int64()),
+    ("checksums_ok", pa.bool_()),  # every page of the file passed its checksum (None: not read)
 ])
 
 
@@ -137,52 +137,23 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
     return res
 
 
-class _RangeFile(io.RawIOBase):
-    """A seekable read-only view of one stored object through ranged GETs, so Parquet
-    reads only the footer and the columns it needs."""
-
-    def __init__(self, store: ObjectStore, key: str, size: int):
-        self.store, self.key, self.size, self.pos = store, key, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
-        return self.pos
-
-    def readinto(self, buf) -> int:  # type: ignore[override]
-        n = min(len(buf), self.size - self.pos)
-        if n <= 0:
-            return 0
-        data = self.store.get_range(self.key, self.pos, n)
-        buf[: len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-
-def offsets_of(store: ObjectStore, info: ObjectInfo) -> pa.Array:
-    """The ``offset`` column of an L1 file, read with ranged GETs (footer + one column)."""
-    with pq.ParquetFile(_RangeFile(store, info.key, info.size)) as f:
-        return f.read(columns=["offset"]).column("offset").combine_chunks()
-
-
 def _check_row(store: ObjectStore, inp: SweepInput, info: ObjectInfo, first: int, last: int,
                prev_last: int, verify_rows: bool) -> dict:
+    """One newly committed L1 file, as the gate sees it. With ``verify_rows`` the whole
+    file is read once with every page checked (its L0 sources are about to be deleted:
+    the L1 copy must read first), and its offsets are counted."""
     row = {"topic": inp.topic, "partition": inp.partition, "key": info.key, "first_offset": first,
            "last_offset": last, "expected_first_offset": prev_last + 1, "span": last - first + 1,
-           "rows": None, "distinct_offsets": None, "min_offset": None, "max_offset": None}
+           "rows": None, "distinct_offsets": None, "min_offset": None, "max_offset": None, "checksums_ok": None}
     if verify_rows:
-        offs = offsets_of(store, info)
+        try:
+            offs = parse_l1(store.get(info.key), info.key).column("offset").combine_chunks()
+        except CorruptData:
+            row["checksums_ok"] = False
+            return row
         mm = pc.min_max(offs)
         row.update(rows=len(offs), distinct_offsets=pc.count_distinct(offs).as_py(),
-                   min_offset=mm["min"].as_py(), max_offset=mm["max"].as_py())
+                   min_offset=mm["min"].as_py(), max_offset=mm["max"].as_py(), checksums_ok=True)
     return row
 
 

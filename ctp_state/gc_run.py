@@ -41,7 +41,14 @@ from ctp_state import state as sm
 from ctp_state.entries import AccessMode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, GateFailed, StateUnreadable
-from ctp_state.gc import GcCounters, Holdback, MDecision, compute_m, delete_objects, plan_l0_deletes
+from ctp_state.gc import (
+    GcCounters,
+    Holdback,
+    MDecision,
+    compute_m,
+    delete_objects,
+    plan_l0_deletes,
+)
 from ctp_state.gc_history import PARTITION_SCHEMA, PASSED, GcHistory, high_water
 from ctp_state.reconcile import state_fields, summaries
 from ctp_state.status import select_topics, try_read_partition_states, unaccounted_logs
@@ -297,6 +304,9 @@ def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
     m, hw = p.decision.m, p.m_high_water_before
     if result.success and m is not None and hw is not None and m < hw:
         failures.append(f"backstop: candidate M={m} is below the highest recorded M={hw}")
+    for row in p.frames["l1_files"].to_pylist():  # I2: the L1 copy reads before its L0 sources go
+        if row.get("checksums_ok") is False:
+            failures.append(f"backstop: L1 file {row['key']} fails its page checksums")
     if m is not None:  # I1, independently of the lower bounds that gave M
         low = [v for v in p.views if v.min_pending_epoch is not None and v.min_pending_epoch <= m]
         for v in low[:10]:

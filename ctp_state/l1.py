@@ -111,7 +111,9 @@ def encode_parquet(table: pa.Table, topic: str, partition: int, *, compression: 
     }
     table = table.replace_schema_metadata(meta)
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression=compression)
+    # Page checksums (CRC32) carry the end-to-end check past the L0 chunk's CRC32C: a
+    # flipped byte in an L1 file is refused on read, never served.
+    pq.write_table(table, buf, compression=compression, write_page_checksum=True)
     return buf.getvalue()
 
 
@@ -138,4 +140,13 @@ def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> d
 
 
 def read_l1(store: ObjectStore, key: str) -> pa.Table:
-    return pq.read_table(io.BytesIO(store.get(key)))
+    """A committed L1 file, every page checked against its checksum (files written
+    before page checksums have none to check); :class:`CorruptData` naming the key."""
+    return parse_l1(store.get(key), key)
+
+
+def parse_l1(data: bytes, key: str) -> pa.Table:
+    try:
+        return pq.read_table(io.BytesIO(data), page_checksum_verification=True)
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptData(key, f"L1 file does not read: {e}") from None

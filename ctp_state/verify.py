@@ -9,7 +9,9 @@ Per partition:
   replay of the log up to the offset it covers (a snapshot covering an entry that no
   longer decodes is reported: the state still reads, a rebuild from the log would not);
 - every object the state points at exists: the L0 objects of pending placeholders
-  (and hold the chunk's byte range), and the committed L1 files.
+  (and hold the chunk's byte range), and the committed L1 files; with ``deep``, every
+  committed L1 file is read whole, each page against its checksum, and must hold
+  exactly its offsets (this reads all L1 data).
 
 Cluster-wide: the epoch hint is vouched for by its marker, and the GC history and
 reconcile summaries decode. Findings are ``error`` (something a reader or the GC
@@ -30,6 +32,7 @@ from ctp_state.entries import Init
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
 from ctp_state.gc_history import GcHistory
+from ctp_state.l1 import parse_l1
 from ctp_state.log import PartitionLog
 from ctp_state.reconcile import summaries
 from ctp_state.status import select_topics, unaccounted_logs
@@ -87,7 +90,8 @@ class VerifyReport:
                                 "ok": p.ok, "findings": [asdict(f) for f in p.findings]} for p in self.partitions]}
 
 
-def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_objects: bool = True) -> PartitionCheck:
+def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_objects: bool = True,
+                     deep: bool = False) -> PartitionCheck:
     res = PartitionCheck(topic, partition)
     where = f"{topic}/{partition}"
 
@@ -189,11 +193,31 @@ def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_ob
             elif size < p.byte_offset + p.byte_length:
                 say(ERROR, f"L0 object is shorter ({size} bytes) than the chunk of log offset {p.log_offset} needs",
                     p.l0_key)
-        for key in current.committed_l1_keys():
+        first = 0
+        for last in current.l1_ends:
+            key = layout.l1_key(topic, partition, first, last)
             res.l1_checked += 1
-            if store.head(key) is None:
-                say(ERROR, "committed L1 file is missing", key)
+            if not deep:
+                if store.head(key) is None:
+                    say(ERROR, "committed L1 file is missing", key)
+            else:
+                _check_l1(store, key, first, last, say)
+            first = last + 1
     return res
+
+
+def _check_l1(store: ObjectStore, key: str, first: int, last: int, say: Callable[..., None]) -> None:
+    """--deep: the whole file, every page against its checksum, and its offsets."""
+    try:
+        offsets = parse_l1(store.get(key), key).column("offset").to_pylist()
+    except ObjectNotFound:
+        say(ERROR, "committed L1 file is missing", key)
+        return
+    except CorruptData as e:
+        say(ERROR, f"committed L1 file does not read ({e.reason})", key)
+        return
+    if offsets != list(range(first, last + 1)):
+        say(ERROR, f"committed L1 file does not hold exactly offsets {first}..{last}", key)
 
 
 def verify_cluster(store: ObjectStore) -> list[Finding]:
@@ -228,7 +252,8 @@ def verify_cluster(store: ObjectStore) -> list[Finding]:
 
 
 def verify(store: ObjectStore, topics: Sequence[str] | None = None, *, check_objects: bool = True,
-           threads: int = 16, on_progress: Callable[[int, int], None] = lambda done, total: None) -> VerifyReport:
+           deep: bool = False, threads: int = 16,
+           on_progress: Callable[[int, int], None] = lambda done, total: None) -> VerifyReport:
     """Check every partition of ``topics`` (all when None) and the cluster records."""
     cluster = verify_cluster(store)
     wanted = [(t.name, p) for t in select_topics(store, topics) for p in range(t.partitions)]
@@ -236,7 +261,7 @@ def verify(store: ObjectStore, topics: Sequence[str] | None = None, *, check_obj
 
     def one(job: tuple[str, int]) -> PartitionCheck:
         try:
-            res = verify_partition(store, *job, check_objects=check_objects)
+            res = verify_partition(store, *job, check_objects=check_objects, deep=deep)
         except CtpError as e:
             res = PartitionCheck(*job, findings=[Finding(ERROR, f"{job[0]}/{job[1]}", str(e))])
         done[0] += 1

@@ -80,6 +80,9 @@ def l1_files() -> gx.ExpectationSuite:
     s.add_expectation(gxe.ExpectColumnPairValuesToBeEqual(
         column_A="max_offset", column_B="last_offset", ignore_row_if=MISSING,
         meta={"why": "a file's offsets end where its key says"}))
+    s.add_expectation(gxe.ExpectColumnValuesToBeInSet(
+        column="checksums_ok", value_set=[True],
+        meta={"why": "I2: a new L1 file reads with every page checksum intact before its L0 sources go"}))
     s.add_expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition", "first_offset"]))
     return s
 
