@@ -83,9 +83,23 @@ class GcHistory:
     def get(self, seq: int) -> dict[str, Any]:
         return self._checked(self.seq.get(seq), record_key(seq))
 
-    def tail(self, n: int, last: int | None = None) -> list[dict[str, Any]]:
-        """The newest ``n`` records, oldest first."""
-        return [self._checked(r, record_key(r.get("seq", -1))) for r in self.seq.tail(n, last)]
+    def tail(self, n: int, last: int | None = None, *,
+             unreadable: list[tuple[int, str]] | None = None) -> list[dict[str, Any]]:
+        """The newest ``n`` records, oldest first. With ``unreadable`` a record that does
+        not read (checksum, version) is skipped and reported there as ``(seq, why)``
+        instead of raising: one damaged record must not stop every later GC run."""
+        if unreadable is None:
+            return [self._checked(r, record_key(r.get("seq", -1))) for r in self.seq.tail(n, last)]
+        last = self.last_seq() if last is None else last
+        out = []
+        for seq in range(max(0, last - n + 1), last + 1):
+            try:
+                out.append(self.get(seq))
+            except ObjectNotFound:
+                continue
+            except CorruptData as e:
+                unreadable.append((seq, str(e)))
+        return out
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every record, oldest first (for reports and audits, not for the GC's own path)."""

@@ -40,7 +40,7 @@ from ctp_state import gc_l1, layout
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import CtpError, GateFailed, StateUnreadable
+from ctp_state.errors import CorruptData, CtpError, GateFailed, ObjectNotFound, StateUnreadable
 from ctp_state.gc import (
     GcCounters,
     Holdback,
@@ -235,6 +235,7 @@ class Prepared:
     watermarks: dict[tuple[str, int], tuple[int, int]]
     new_marks: dict[tuple[str, int], tuple[int, int]]
     frames: dict[str, pa.Table]
+    history_skipped: list[tuple[int, str]] = field(default_factory=list)
 
 
 def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
@@ -245,12 +246,14 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
     run_id = f"{started_ms}-{uuid.uuid4().hex[:8]}"
     history = GcHistory(store)
     last = history.last_seq()
-    tail = history.tail(config.history_tail, last)
+    # A history record or view that does not read is skipped and put on this run's
+    # record: failing every later run over it would stop collection for good. The I3
+    # check then rests on the newest records that do read (each carries the high water
+    # of everything before it).
+    skipped: list[tuple[int, str]] = []
+    tail = history.tail(config.history_tail, last, unreadable=skipped)
     passed = [r for r in tail if r.get("status") in PASSED]
     hw_before = high_water(tail)
-    # The reference for lower bounds and L1 watermarks: the newest passing run's view
-    # (a dry run's view carries the watermarks it was given, unchanged).
-    ref = next((r for r in reversed(passed) if r.get("partitions_key")), None)
 
     on_progress("read", 0, 1)
     c, views = gather(store, threads=config.read_threads)
@@ -261,8 +264,20 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
 
     previous_lb: dict[tuple[str, int], int] = {}
     watermarks: dict[tuple[str, int], tuple[int, int]] = {}
+    # The reference for lower bounds and L1 watermarks: the newest passing run's view
+    # that reads (a dry run's view carries the watermarks it was given, unchanged).
+    ref, pt = None, []
+    for r in reversed(passed):
+        if not r.get("partitions_key"):
+            continue
+        try:
+            pt = history.read_partitions(r["partitions_key"]).to_pylist()
+        except (CorruptData, ObjectNotFound) as e:
+            skipped.append((r["seq"], f"its partition view does not read: {e}"))
+            continue
+        ref = r
+        break
     if ref:
-        pt = history.read_partitions(ref["partitions_key"]).to_pylist()
         now = {(v.topic, v.partition) for v in views}
         gone = [(r["topic"], r["partition"], f"the GC run {ref['seq']} saw this partition, the topic "
                  "metadata no longer lists it") for r in pt if (r["topic"], r["partition"]) not in now]
@@ -294,7 +309,7 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
         "l1_files": gc_l1.check_table(sweeps),
     }
     return Prepared(run_id, started_ms, history, last, hw_before, c, views, decision, summary_used, sweeps,
-                    watermarks, new_marks, frames)
+                    watermarks, new_marks, frames, skipped)
 
 
 def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
@@ -346,6 +361,7 @@ def run_gc(
         "run_id": p.run_id, "started_ms": p.started_ms, "dry_run": config.dry_run, "cluster_epoch": p.cluster_epoch,
         "m": decision.m, "m_high_water_before": p.m_high_water_before, "partitions": len(p.views),
         "summary_run_id": p.summary_used, "m_digest": m_digest(p.views),
+        "history_skipped": [{"seq": seq, "why": why} for seq, why in p.history_skipped],
         "held_by": [_holdback(h) for h in decision.held_by[:20]], "held_by_count": len(decision.held_by),
         "config": {"grace_s": config.grace_s, "l1_grace_s": config.l1_grace_s, "max_deletes": config.max_deletes},
     }
@@ -354,7 +370,7 @@ def run_gc(
         def make(seq: int) -> dict[str, Any]:
             nonlocal status
             finished_ms = int(clock() * 1000)
-            between = history.tail(seq - p.last_seq - 1, seq - 1) if seq > p.last_seq + 1 else []
+            between = history.tail(seq - p.last_seq - 1, seq - 1, unreadable=[]) if seq > p.last_seq + 1 else []
             # Another GC recorded a run after this one read the history. If it saw a higher
             # M (it read newer states), this run's lower M must not become the reference,
             # or the history would decrease: it is recorded as superseded. Its deletes were
@@ -425,7 +441,7 @@ def _record_unreadable(store: ObjectStore, config: GcConfig, e: StateUnreadable,
     held = [{"topic": t, "partition": p, "m": None, "reasons": [f"state cannot be read: {why}"]}
             for t, p, why in e.problems[:20]]
     history = GcHistory(store)
-    tail = history.tail(1)
+    tail = history.tail(1, unreadable=[])
     rec = {"run_id": f"{now}-unreadable", "started_ms": now, "finished_ms": now, "seconds": 0.0,
            "dry_run": config.dry_run, "status": "failed", "error": str(e), "m": None,
            "m_high_water": high_water(tail), "held_by": held, "held_by_count": len(e.problems),

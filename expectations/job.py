@@ -35,7 +35,7 @@ class GcOutcome:
 
 def write_report(store: ObjectStore, report_dir: str, gate: GxGate | None = None, *, publish_to_store: bool = False) -> tuple[str, int]:
     claim(report_dir, store.url)  # before anything is written: the directory is this store's
-    records = GcHistory(store).tail(REPORT_RUNS)
+    records = GcHistory(store).tail(REPORT_RUNS, unreadable=[])  # a damaged record must not stop the report
     docs = os.path.join(gate.docs_dir if gate else GxGate(report_dir).docs_dir, "index.html")
     page = write_summary_page(report_dir, records, docs_index=docs if os.path.exists(docs) else None)
     return page, publish(store, report_dir) if publish_to_store else 0

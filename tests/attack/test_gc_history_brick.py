@@ -61,3 +61,8 @@ def test_one_damaged_history_object_stops_every_later_gc_run(store, gate, damage
             failures.append(type(e).__name__)
     left = len(l0_keys(store))
     assert len(failures) < 3, f"every GC run failed ({failures}); {left} L0 objects pile up, nothing recovers"
+    newest = GcHistory(store).tail(1)[0]
+    assert newest["status"] == "ok" and left == 0 and not failures  # every later run collected
+    # the run that first skipped the damaged object says so on its record
+    first_after = GcHistory(store).get(1)
+    assert first_after["history_skipped"] and first_after["history_skipped"][0]["seq"] == 0
