@@ -402,9 +402,14 @@ def read(store: ObjectStore, as_json: bool, topic_name: str, partition: int, fro
 
     from ctp_state.read import read_partition
 
+    import pyarrow as pa
+
     table = read_partition(store, topic_name, partition, from_offset, limit)
-    for row in table.to_pylist():
-        out: dict[str, Any] = {"offset": row["offset"], "timestamp": round(row["timestamp"].timestamp() * 1000)}
+    # Milliseconds straight from the column: no datetime conversion that a timestamp
+    # outside Python's range (written before ctp bounded them) could break.
+    ms = table.column("timestamp").cast(pa.int64()).to_pylist()
+    for row, ts in zip(table.drop_columns(["timestamp"]).to_pylist(), ms):
+        out: dict[str, Any] = {"offset": row["offset"], "timestamp": ts}
         for name in ("key", "value"):
             v = row[name]
             if v is None:

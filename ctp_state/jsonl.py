@@ -29,7 +29,10 @@ def _bytes(obj: dict[str, Any], name: str, where: str, required: bool) -> bytes 
     if text is not None:
         if not isinstance(text, str):
             raise InvalidRecord(where, f"{name!r} must be a string (use {name + '_b64'!r} for binary)")
-        return text.encode()
+        try:
+            return validate.text(text, what=repr(name))
+        except ValueError as e:
+            raise InvalidRecord(where, f"{e} (use {name + '_b64'!r} for binary)") from None
     if b64 is not None:
         if not isinstance(b64, str):
             raise InvalidRecord(where, f"{name + '_b64'!r} must be a base64 string")
@@ -44,7 +47,8 @@ def _bytes(obj: dict[str, Any], name: str, where: str, required: bool) -> bytes 
 
 def _headers(obj: dict[str, Any], where: str) -> tuple[tuple[str, bytes], ...]:
     out: list[tuple[str, bytes]] = []
-    for field, decode in (("headers", lambda v: v.encode()), ("headers_b64", lambda v: base64.b64decode(v, validate=True))):
+    for field, decode in (("headers", lambda v: validate.text(v, what="a header value")),
+                          ("headers_b64", lambda v: base64.b64decode(v, validate=True))):
         raw = obj.get(field)
         if raw is None:
             continue
@@ -55,9 +59,15 @@ def _headers(obj: dict[str, Any], where: str) -> tuple[tuple[str, bytes], ...]:
             if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
                 raise InvalidRecord(where, f"{field!r} entries must be [name, value] string pairs")
             try:
+                validate.text(pair[0], what="a header name")
+            except ValueError as e:
+                raise InvalidRecord(where, f"{field!r}: {e}") from None
+            try:
                 out.append((pair[0], decode(pair[1])))
-            except (binascii.Error, ValueError):
+            except binascii.Error:
                 raise InvalidRecord(where, f"{field!r} value for {pair[0]!r} is not valid base64") from None
+            except ValueError as e:
+                raise InvalidRecord(where, f"{field!r} value for {pair[0]!r}: {e}") from None
     return tuple(out)
 
 
@@ -80,7 +90,7 @@ def parse_record(obj: Any, where: str, now_ms: int | None = None) -> tuple[str, 
         raise InvalidRecord(where, f"'partition' must be a non-negative integer, got {partition!r}")
     ts = obj.get("timestamp", now_ms if now_ms is not None else int(time.time() * 1000))
     try:
-        validate.int64(ts, what="'timestamp'")
+        validate.timestamp_ms(ts, what="'timestamp' (ms since 1970, up to year 9999)")
     except ValueError as e:
         raise InvalidRecord(where, str(e)) from None
     value = _bytes(obj, "value", where, required=True)

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 
 import google_crc32c
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ctp_state.errors import CorruptData, UnsupportedVersion
+from ctp_state import validate
+from ctp_state.errors import CorruptData, InvalidRecord, UnsupportedVersion
 
 FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -83,8 +85,21 @@ def encode_chunk(records: Sequence[Record]) -> bytes:
 
 
 def encode_chunk_and_fingerprint(records: Sequence[Record]) -> tuple[bytes, int]:
-    """The chunk's bytes, and the CRC32C of its records without their timestamps."""
-    table = pa.record_batch(
+    """The chunk's bytes, and the CRC32C of its records without their timestamps.
+    Raises :class:`InvalidRecord` for a record no reader could read back (a timestamp
+    outside years 1970-9999, a header name that is not valid Unicode)."""
+    try:
+        table = _chunk_batch(records)
+    except (pa.ArrowException, UnicodeEncodeError, OverflowError, TypeError) as e:
+        raise InvalidRecord("record", f"cannot be encoded: {e}") from None
+    ts = pc.min_max(table.column(0))
+    if len(records) and (ts["min"].as_py() < 0 or ts["max"].as_py() > validate.MAX_TIMESTAMP_MS):
+        raise InvalidRecord("record", f"timestamp outside [0, {validate.MAX_TIMESTAMP_MS}] ms (1970 to year 9999)")
+    return _ipc(table), crc32c(_ipc(table.drop_columns(["timestamp"])))
+
+
+def _chunk_batch(records: Sequence[Record]) -> pa.RecordBatch:
+    return pa.record_batch(
         [
             pa.array([r.timestamp_ms for r in records], pa.int64()),
             pa.array([r.key for r in records], pa.binary()),
@@ -93,7 +108,6 @@ def encode_chunk_and_fingerprint(records: Sequence[Record]) -> tuple[bytes, int]
         ],
         schema=CHUNK_SCHEMA,
     )
-    return _ipc(table), crc32c(_ipc(table.drop_columns(["timestamp"])))
 
 
 def build_object(epoch: int, chunks: Iterable[tuple[str, int, Sequence[Record]]]) -> tuple[bytes, list[ChunkRef]]:

@@ -10,6 +10,9 @@ INT64_MAX = 2**63 - 1
 #: The largest cluster epoch: L0 keys and epoch markers hold an epoch in 18 zero-padded
 #: digits, so that key order is epoch order. A 19-digit epoch would break both.
 MAX_EPOCH = 10**18 - 1
+#: Record timestamps, in ms since the Unix epoch: 1970-01-01 to 9999-12-31T23:59:59.999Z,
+#: what every Parquet reader and datetime library can represent.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
 
 # Kafka's rule for topic names. It also keeps names safe as object-key and path parts:
 # no '/', and '.' / '..' are refused below.
@@ -49,3 +52,17 @@ def int64(value: object, *, what: str, minimum: int = 0, maximum: int = INT64_MA
     if value < minimum or value > maximum:
         raise ValueError(f"{what} must be in [{minimum}, {maximum}], got {value}")
     return value
+
+
+def timestamp_ms(value: object, *, what: str = "timestamp") -> int:
+    """Return ``value`` as a record timestamp or raise ValueError."""
+    return int64(value, what=what, minimum=0, maximum=MAX_TIMESTAMP_MS)
+
+
+def text(value: str, *, what: str) -> bytes:
+    """``value`` as UTF-8, or ValueError naming it (a lone surrogate is valid JSON but
+    not encodable)."""
+    try:
+        return value.encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid Unicode text (a lone surrogate?)") from None

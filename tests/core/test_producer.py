@@ -141,3 +141,15 @@ def test_unknown_topic_or_partition_writes_nothing(store, topic_at):
         with pytest.raises(PartitionNotFound):
             p.write([(("t", 7), recs(1))])
     assert list(store.list(layout.L0_ROOT)) == []
+
+
+@pytest.mark.parametrize("bad", [Record(b"v", None, 253_402_300_800_000), Record(b"v", None, -1),
+                                 Record(b"v", None, 0, (("\ud800", b"x"),))])
+def test_a_record_no_reader_could_read_back_is_refused_before_anything_is_written(store, topic_at, bad):
+    from ctp_state.errors import InvalidRecord
+
+    topic_at(1)
+    with Producer(store) as p:
+        with pytest.raises(InvalidRecord):
+            p.write([(("t", 0), [Record(b"fine"), bad])])
+    assert not list(store.list(layout.L0_ROOT)) and PartitionLog(store, "t", 0).read_state().next_offset == 0
