@@ -166,8 +166,8 @@ def _progress() -> Progress:
               help="Records per flush (one L0 object each).")
 @click.option("--seed", type=int, default=None, help="Seed for --generate (repeatable data).")
 @click.option("--producer-id", default=None,
-              help="Idempotent producer id [default: derived from FILE's bytes and --batch-records, so running "
-                   "the same command again never duplicates; a fresh id for --generate].")
+              help="Idempotent producer id [default: derived from FILE's bytes, so running the same command again "
+                   "never duplicates; a fresh id for --generate].")
 @command
 def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool, topic_name: str | None,
             records: int, value_size: int, batch_records: int, seed: int | None, producer_id: str | None) -> None:
@@ -182,58 +182,50 @@ def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool,
     accepted). Exit 1 if any was rejected, else 3 if any outcome is unknown: running
     the same command again then writes what is missing and nothing twice.
     """
-    from ctp_state.producer import Producer, write_with_retry
+    from ctp_state.ingest import ProduceReport, produce_input, send_batches
+    from ctp_state.producer import Producer
 
     if generate == (file is not None):
         raise click.UsageError("give either FILE or --generate")
     if batch_records < 1:
         raise click.UsageError("--batch-records must be >= 1")
     started = time.monotonic()
-    counts = {"accepted": 0, "duplicates": 0, "rejected": 0, "unknown": 0, "not_sent": 0}
-    reasons: dict[str, int] = defaultdict(int)
-    first_error: str | None = None
-    stopped: set[tuple[str, int]] = set()  # partitions with a batch not accepted: send no more to them
-    if generate:
-        batches, derived = _generated(store, topic_name, records, value_size, batch_records, seed), None
-    else:
-        batches, derived = _from_file(store, file, batch_records)  # type: ignore[arg-type]
-    with Producer(store, producer_id=producer_id or derived) as producer:
-        with _progress() as progress:
-            task = progress.add_task("producing", total=records if generate else None)
-            for chunks in batches:
-                held = [c for c in chunks if c[0] in stopped]
-                counts["not_sent"] += sum(len(r) for _, r in held)
-                ok, bad = write_with_retry(producer, [c for c in chunks if c[0] not in stopped])
-                for v in ok:
-                    counts["duplicates" if v.duplicate else "accepted"] += v.records
-                for v in bad:
-                    counts[v.outcome] += v.records
-                    reasons[v.reason or "error"] += v.records
-                    first_error = first_error or str(v.error)
-                    stopped.add((v.topic, v.partition))
-                progress.advance(task, sum(len(r) for _, r in chunks))
+    with _progress() as progress:
+        task = progress.add_task("producing", total=records if generate else None)
+        advance = lambda n: progress.advance(task, n)  # noqa: E731
+        if generate:
+            with Producer(store, producer_id=producer_id) as producer:
+                report = ProduceReport(producer.producer_id)
+                send_batches(producer, _generated(store, topic_name, records, value_size, batch_records, seed),
+                             report, advance)
+        else:
+            parsed, derived = _read_input(store, file)  # type: ignore[arg-type]
+            progress.update(task, total=len(parsed))
+            report = produce_input(store, parsed, producer_id=producer_id or derived, batch_records=batch_records,
+                                   on_progress=advance)
     seconds = time.monotonic() - started
-    total = sum(counts.values())
-    summary = {**counts, "rejected_by_reason": dict(reasons), "producer_id": producer.producer_id,
-               "seconds": round(seconds, 3), "records_per_second": round(total / max(seconds, 1e-9))}
-    text = (f"accepted {counts['accepted']} records"
-            + (f", {counts['duplicates']} already written (duplicates dropped)" if counts["duplicates"] else "")
-            + f", rejected {counts['rejected']}"
-            + (f", unknown {counts['unknown']}" if counts["unknown"] else "")
-            + (f", not sent {counts['not_sent']}" if counts["not_sent"] else "")
-            + f" in {seconds:.1f}s" + (f" ({dict(reasons)}; first: {first_error})" if bad_any(counts) else ""))
-    if counts["unknown"] or counts["not_sent"]:
-        text += ("\nsome outcomes are unknown or records were not sent: run the same command again "
-                 f"(producer id {producer.producer_id}); records already written are recognised and not written twice")
+    total = report.accepted + report.duplicates + report.rejected + report.unknown + report.not_sent
+    summary = {**report.as_dict(), "seconds": round(seconds, 3), "records_per_second": round(total / max(seconds, 1e-9))}
+    if report.completed_before is not None:
+        text = (f"already written: producer id {report.producer_id} completed this input before "
+                f"({report.completed_before.get('records')} records); nothing written")
+    else:
+        text = (f"accepted {report.accepted} records"
+                + (f", {report.duplicates} already written (not written twice)" if report.duplicates else "")
+                + f", rejected {report.rejected}"
+                + (f", unknown {report.unknown}" if report.unknown else "")
+                + (f", not sent {report.not_sent}" if report.not_sent else "")
+                + f" in {seconds:.1f}s"
+                + (f" ({dict(report.rejected_by_reason)}; first: {report.first_error})"
+                   if report.rejected or report.unknown else ""))
+        if report.unknown or report.not_sent:
+            text += ("\nsome outcomes are unknown or records were not sent: run the same command again "
+                     f"(producer id {report.producer_id}); records already written are recognised and not written twice")
     emit(as_json, summary, text)
-    if counts["rejected"]:
+    if report.rejected:
         sys.exit(1)
-    if counts["unknown"] or counts["not_sent"]:
+    if report.unknown or report.not_sent:
         sys.exit(3)
-
-
-def bad_any(counts: dict[str, int]) -> bool:
-    return bool(counts["rejected"] or counts["unknown"])
 
 
 def _generated(store: ObjectStore, topic_name: str | None, n: int, value_size: int, batch: int, seed: int | None):
@@ -257,13 +249,13 @@ def _generated(store: ObjectStore, topic_name: str | None, n: int, value_size: i
         yield sorted(chunks.items())
 
 
-def _from_file(store: ObjectStore, file: str, batch: int):
-    """Read and validate the whole input (bad input writes nothing); return the batches
-    and the producer id derived from the input's bytes and the batching."""
-    import hashlib
+def _read_input(store: ObjectStore, file: str) -> tuple[list[tuple[str, int, Record]], str]:
+    """Read and validate the whole input (bad input writes nothing); return the records
+    and the producer id derived from the input's bytes."""
     import io
 
     from ctp_state.errors import InvalidRecord
+    from ctp_state.ingest import input_producer_id
     from ctp_state.jsonl import read_records
     from ctp_state.topics import get_topic
 
@@ -284,16 +276,7 @@ def _from_file(store: ObjectStore, file: str, batch: int):
             topics[t].check_partition(p)
         except CtpError as e:
             raise CtpError(f"{name}: record {i + 1}: {e}") from None
-    digest = hashlib.sha256(raw + f"\nbatch-records={batch}".encode()).hexdigest()[:32]
-
-    def batches():
-        for start in range(0, len(parsed), batch):
-            chunks: dict[tuple[str, int], list[Record]] = defaultdict(list)
-            for t, p, rec in parsed[start:start + batch]:
-                chunks[(t, p)].append(rec)
-            yield sorted(chunks.items())
-
-    return batches(), f"file-{digest}"
+    return parsed, input_producer_id(raw)
 
 
 # --- status -----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ ENTRY_VERSION = 2
 SUPPORTED_ENTRY_VERSIONS = (1, 2)  # 1: before checksums, read but never written
 #: Fields written only when set, so the common entry stays small.
 _OPTIONAL = ("writer_epoch", "producer_id", "sequence", "fingerprint")
+_OPTIONAL_EMPTY = ("expired",)
 
 
 class AccessMode(str, Enum):
@@ -96,6 +97,11 @@ class Claim:
     mode: AccessMode
     lease_until_ms: int
     now_ms: int
+    # (owner, writer epoch) of holders whose lease the claimer found over by the store's
+    # clock (the time the store wrote their claim, plus the lease's length), though not
+    # by their own: a holder whose clock ran fast must not block a partition past its
+    # lease. The log decides once, as for now_ms.
+    expired: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +120,10 @@ _KINDS: dict[str, type] = {c.kind: c for c in (Init, Placeholder, Reconcile, Adv
 def encode(entry: Entry) -> bytes:
     body: dict[str, Any] = {"v": ENTRY_VERSION, "kind": entry.kind}
     for k, v in asdict(entry).items():
-        if v is None and k in _OPTIONAL:
+        if (v is None and k in _OPTIONAL) or (v == () and k in _OPTIONAL_EMPTY):
             continue
-        body[k] = v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v
+        body[k] = v.value if isinstance(v, Enum) else [list(x) if isinstance(x, tuple) else x for x in v] \
+            if isinstance(v, tuple) else v
     return codec.seal(body)
 
 
@@ -202,12 +209,17 @@ def _build(cls: type, body: dict) -> Entry:
             owner = body["owner"]
             if not isinstance(owner, str) or not owner:
                 raise ValueError("owner must be a non-empty string")
+            expired = body.get("expired", [])
+            if not isinstance(expired, list) or not all(
+                    isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and x[0] for x in expired):
+                raise ValueError("expired must be a list of [owner, writer epoch] pairs")
             return Claim(
                 writer_epoch=_int(body, "writer_epoch", 1),
                 owner=owner,
                 mode=AccessMode(body["mode"]),
                 lease_until_ms=_int(body, "lease_until_ms"),
                 now_ms=_int(body, "now_ms"),
+                expired=tuple((o, validate.int64(we, what="expired writer epoch", minimum=1)) for o, we in expired),
             )
         if cls is Release:
             owner = body["owner"]

@@ -204,6 +204,24 @@ class SequenceConflict(Rejected):
         )
 
 
+class UnverifiableDuplicate(Rejected):
+    """R8: the batch's sequence numbers were applied, but not as a batch the partition
+    can still compare (older than the batches it keeps, or cut differently). If it is a
+    re-send its records are in the log; if it holds new records they were not written.
+    Its outcome is therefore unknown, not rejected."""
+
+    code = "unverifiable_duplicate"
+
+    def __init__(self, topic: str, partition: int, producer_id: str, first: int, last: int):
+        self.topic, self.partition, self.producer_id = topic, partition, producer_id
+        self.first, self.last = first, last
+        super().__init__(
+            f"{topic}/{partition}: producer {producer_id!r} already wrote sequences {first}..{last}, in a batch "
+            "that cannot be compared with this one: if this is a re-send its records are in the log, if it "
+            "holds new records they were not written (use a new producer id for new records)"
+        )
+
+
 class ClaimHeld(Rejected):
     """R5: an exclusive claim was asked for while another owner holds a live claim."""
 

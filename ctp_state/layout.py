@@ -9,6 +9,7 @@
     snapshots/<topic>/<partition:06d>/latest.json          newest state snapshot
     l0/<spread:03d>/<epoch:018d>/<uuid>.l0     L0 objects (DESIGN 2b)
     l1/<topic>/<partition:06d>/<first:020d>-<last:020d>.parquet   L1 files
+    runs/produce/<producer id>.json             an input produced completely (ctp produce)
 
 Zero-padding makes byte-wise key order equal numeric order, so listing a log lists
 offsets in order and listing an L0 spread prefix lists epochs in order.
@@ -108,3 +109,17 @@ def parse_l1_key(key: str) -> tuple[str, int, int, int]:
     if not m or int(m.group(4)) < int(m.group(3)):
         raise CorruptData(key, "not an L1 key l1/<topic>/<partition>/<first>-<last>.parquet")
     return m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+
+
+_PRODUCER_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def check_producer_id(producer_id: str) -> str:
+    """A producer id is 1-128 of ``[A-Za-z0-9._-]`` (it names a key)."""
+    if not isinstance(producer_id, str) or not _PRODUCER_ID_RE.fullmatch(producer_id) or producer_id in (".", ".."):
+        raise ValueError(f"producer id {producer_id!r} must be 1-128 characters of letters, digits, '.', '_', '-'")
+    return producer_id
+
+
+def produce_marker(producer_id: str) -> str:
+    return f"runs/produce/{check_producer_id(producer_id)}.json"

@@ -236,10 +236,13 @@ class PartitionLog:
             others = [h for h in sm.live_holders(s, now) if h.owner != owner]
             if mode is AccessMode.SHARED:
                 others = [h for h in others if h.mode is not AccessMode.SHARED]
+            lapsed = [h for h in others if self._lapsed_by_store_clock(s, h, now)]
+            others = [h for h in others if h not in lapsed]
             if others:
                 h = others[0]
                 raise ClaimHeld(self.topic, self.partition, h.owner, h.mode.value, h.lease_until_ms)
-            return Claim(s.writer_epoch + 1, owner, mode, now + lease_ms, now)
+            return Claim(s.writer_epoch + 1, owner, mode, now + lease_ms, now,
+                         tuple((h.owner, h.writer_epoch) for h in lapsed))
 
         while True:
             try:
@@ -250,6 +253,22 @@ class PartitionLog:
                 wait_s = max(0.05, min(1.0, (held.lease_until_ms - clock_ms()) / 1000))
                 sleep(min(wait_s, max(0.0, deadline - time.monotonic())))
                 state = self.catch_up(state)
+
+    def _lapsed_by_store_clock(self, s: sm.PartitionState, h: sm.Holder, now_ms: int) -> bool:
+        """Whether ``h``'s lease is over when timed from the moment the store wrote its
+        claim entry (its modification time) rather than from the holder's own clock: a
+        holder whose clock ran fast, and that died, must not block the partition past
+        its lease. Costs one HEAD, only for a holder that blocks this claim."""
+        if h.lease_ms <= 0:
+            return False
+        start = next((off for we, off in s.writer_epoch_starts if we == h.writer_epoch), None)
+        if start is None:
+            return False
+        try:
+            info = self.store.head(self.key(start))
+        except (StoreError, OSError):
+            return False
+        return info is not None and now_ms >= info.mtime * 1000 + h.lease_ms
 
     def release(self, state: sm.PartitionState, owner: str, writer_epoch: int) -> Appended:
         return self.append(state, lambda s: Release(owner, writer_epoch))

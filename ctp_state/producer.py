@@ -33,7 +33,8 @@ from ctp_state import layout, validate
 from ctp_state import state as sm
 from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch, EpochCache
-from ctp_state.errors import CtpError, OutcomeUnknown, OutOfOrderSequence, Rejected, SequenceConflict
+from ctp_state.errors import (CtpError, OutcomeUnknown, OutOfOrderSequence, Rejected, SequenceConflict,
+                              UnverifiableDuplicate)
 from ctp_state.fence import EpochFence
 from ctp_state.l0 import ChunkRef, Record, build_object
 from ctp_state.log import PartitionLog
@@ -56,6 +57,20 @@ class PartitionWriter:
         self._append_lock = threading.RLock()
         self._state: sm.PartitionState | None = None
         self.fence = EpochFence(self._get_state, self._set_state, self._state_lock)
+
+    def resume(self) -> int:
+        """Continue this writer's producer id where the log left it: the next sequence
+        number becomes one past the last the partition applied for the id (0 if it does
+        not know the id). Returns that number: how many records of the id's sequence the
+        partition already holds."""
+        if self.producer_id is None:
+            raise ValueError("only an idempotent writer (one with a producer id) can resume")
+        with self._append_lock:
+            st = self.log.catch_up(self._get_state())
+            self._install(st)
+            known = next((p for p in st.producers if p.producer_id == self.producer_id), None)
+            self.next_seq = 0 if known is None else known.last_seq + 1
+            return self.next_seq
 
     def _get_state(self) -> sm.PartitionState:
         if self._state is None:
@@ -105,7 +120,7 @@ class PartitionWriter:
         not written, and a re-send gets fresh numbers."""
         if outcome.accepted:
             self.next_seq += records
-        elif isinstance(outcome.rejected, (OutOfOrderSequence, SequenceConflict)):
+        elif isinstance(outcome.rejected, (OutOfOrderSequence, SequenceConflict, UnverifiableDuplicate)):
             known = next((p for p in outcome.state.producers if p.producer_id == self.producer_id), None)
             self.next_seq = 0 if known is None else known.last_seq + 1
 
@@ -129,13 +144,26 @@ class Verdict:
 
     @property
     def outcome(self) -> str:
-        """``accepted``, ``duplicate``, ``rejected`` (not in the log) or ``unknown``
-        (may be in the log: re-send with the same producer id)."""
-        if isinstance(self.error, OutcomeUnknown):
+        """``accepted``; ``duplicate`` (the log already held this batch); ``rejected``
+        (not in the log); ``partial`` (the first :attr:`already_written` records were
+        already in the log, the rest were not written); ``unknown`` (may be in the log:
+        re-send with the same producer id)."""
+        if isinstance(self.error, (OutcomeUnknown, UnverifiableDuplicate)):
             return "unknown"
         if self.error is not None:
-            return "rejected"
+            return "partial" if self.already_written else "rejected"
         return "duplicate" if self.duplicate else "accepted"
+
+    @property
+    def already_written(self) -> int:
+        """Records of this chunk that the log already held (a re-send that overlaps a
+        batch written earlier); the rest of a ``partial`` chunk was not written."""
+        if self.duplicate:
+            return self.records
+        e = self.error
+        if isinstance(e, OutOfOrderSequence) and e.expected > e.sequence:
+            return min(self.records, e.expected - e.sequence)
+        return 0
 
     @property
     def reason(self) -> str | None:
@@ -160,8 +188,8 @@ class Producer:
     ):
         if not 1 <= spread_width <= 1000:
             raise ValueError(f"spread width must be in [1, 1000], got {spread_width}")
-        if producer_id is not None and (not producer_id or len(producer_id) > 128):
-            raise ValueError("a producer id is a non-empty string of at most 128 characters")
+        if producer_id is not None:
+            layout.check_producer_id(producer_id)
         self.store = store
         #: R8: a fresh id per producer unless one is given (see the module docstring).
         self.producer_id = producer_id or uuid.uuid4().hex

@@ -40,6 +40,7 @@ from ctp_state.errors import (
     SequenceConflict,
     StaleClusterEpoch,
     UnknownWriterEpoch,
+    UnverifiableDuplicate,
     UnsupportedVersion,
     WriterFenced,
 )
@@ -51,8 +52,9 @@ SUPPORTED_SNAPSHOT_VERSIONS = (2,)
 #: How many writer-epoch start offsets a partition remembers (for end-offset queries).
 WRITER_EPOCH_HISTORY = 256
 #: R8: how many producers a partition remembers, the least recently written dropped
-#: first. A re-send is recognised only from a producer the partition still remembers.
-MAX_PRODUCERS = 256
+#: first. A re-send is recognised only from a producer the partition still remembers;
+#: a forgotten producer's next batch is taken as new (Kafka's producer reset).
+MAX_PRODUCERS = 1024
 #: R8: how many of a producer's newest batches are kept to answer a re-send with the
 #: batch's offset and to check it holds the same records (Kafka keeps five as well).
 PRODUCER_BATCHES = 5
@@ -81,7 +83,8 @@ class Holder:
     owner: str
     mode: AccessMode
     writer_epoch: int
-    lease_until_ms: int
+    lease_until_ms: int  # by the claimer's clock
+    lease_ms: int = 0  # the lease's length: what other claimers time from the store's clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,15 +301,15 @@ def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[
         dup = _duplicate_of(s, known, e)
         if dup is not None:
             return s, dup[0], True
+    # A producer the partition does not know (new, or forgotten after MAX_PRODUCERS
+    # others wrote) starts wherever it is: its sequence is learned from this batch.
     # R2: deterministic, independent of any in-process fence.
     if e.epoch < s.previous_applied_epoch:  # type: ignore[operator]
         raise StaleClusterEpoch(
             s.topic, s.partition, e.epoch, (s.previous_applied_epoch, s.max_applied_epoch)  # type: ignore[arg-type]
         )
-    if e.producer_id is not None:
-        expected = 0 if known is None else known.last_seq + 1
-        if e.sequence != expected:
-            raise OutOfOrderSequence(s.topic, s.partition, e.producer_id, e.sequence, expected)  # type: ignore[arg-type]
+    if known is not None and e.sequence != known.last_seq + 1:
+        raise OutOfOrderSequence(s.topic, s.partition, known.producer_id, e.sequence, known.last_seq + 1)  # type: ignore[arg-type]
     if e.epoch > s.max_applied_epoch:  # type: ignore[operator]
         s = replace(
             s,
@@ -329,21 +332,23 @@ def _producer(s: PartitionState, producer_id: str | None) -> ProducerSeq | None:
 
 
 def _duplicate_of(s: PartitionState, known: ProducerSeq, e: Placeholder) -> tuple[int | None] | None:
-    """R8: ``(base offset or None,)`` if ``e`` re-sends a batch already applied, None
-    if it is new. A re-send that does not line up with what was applied is refused."""
+    """R8: ``(base offset,)`` if ``e`` re-sends a batch already applied, None if it is
+    new. Raises if it cannot be told apart from new records: part of it is applied
+    (:class:`OutOfOrderSequence`, whose ``expected`` says how much), or its numbers were
+    applied but the batch is not one the partition can compare (other records under the
+    same numbers: :class:`SequenceConflict`; too old or cut differently:
+    :class:`UnverifiableDuplicate`)."""
     first, last = e.sequence, e.sequence + e.record_count - 1  # type: ignore[operator]
     if first > known.last_seq:
         return None
     if last > known.last_seq:
         raise OutOfOrderSequence(s.topic, s.partition, known.producer_id, first, known.last_seq + 1)
     for b in known.batches:
-        if b.first_seq == first:
-            if (b.record_count, b.fingerprint) != (e.record_count, e.fingerprint):
+        if (b.first_seq, b.record_count) == (first, e.record_count):
+            if b.fingerprint != e.fingerprint:
                 raise SequenceConflict(s.topic, s.partition, known.producer_id, first, b.base_offset)
             return (b.base_offset,)
-        if b.first_seq <= last and first <= b.last_seq:  # overlaps a known batch another way
-            raise SequenceConflict(s.topic, s.partition, known.producer_id, first, b.base_offset)
-    return (None,)  # older than the batches kept: applied long ago
+    raise UnverifiableDuplicate(s.topic, s.partition, known.producer_id, first, last)
 
 
 def _remember(s: PartitionState, known: ProducerSeq | None, e: Placeholder, base: int) -> PartitionState:
@@ -456,12 +461,15 @@ def _apply_claim(s: PartitionState, offset: int, e: Claim) -> PartitionState:
             s.topic, s.partition, f"claim for writer epoch {e.writer_epoch}, expected {s.writer_epoch + 1}"
         )
     exclusive = e.mode is not AccessMode.SHARED
-    others = tuple(h for h in live_holders(s, e.now_ms) if h.owner != e.owner)
+    lapsed = set(e.expired)  # holders the claimer found lapsed by the store's clock
+    others = tuple(h for h in live_holders(s, e.now_ms)
+                   if h.owner != e.owner and (h.owner, h.writer_epoch) not in lapsed)
     blocking = others if exclusive else tuple(h for h in others if h.mode is not AccessMode.SHARED)
     if blocking:
         h = blocking[0]
         raise ClaimHeld(s.topic, s.partition, h.owner, h.mode.value, h.lease_until_ms)
-    holder = Holder(e.owner, AccessMode.EXCLUSIVE if exclusive else AccessMode.SHARED, e.writer_epoch, e.lease_until_ms)
+    holder = Holder(e.owner, AccessMode.EXCLUSIVE if exclusive else AccessMode.SHARED, e.writer_epoch,
+                    e.lease_until_ms, max(0, e.lease_until_ms - e.now_ms))
     starts = (s.writer_epoch_starts + ((e.writer_epoch, offset),))[-WRITER_EPOCH_HISTORY:]
     return replace(
         s,
@@ -540,7 +548,7 @@ def encode_snapshot(s: PartitionState) -> bytes:
         "next_offset": s.next_offset,
         "writer_epoch": s.writer_epoch,
         "fence_floor": s.fence_floor,
-        "holders": [[h.owner, h.mode.value, h.writer_epoch, h.lease_until_ms] for h in s.holders],
+        "holders": [[h.owner, h.mode.value, h.writer_epoch, h.lease_until_ms, h.lease_ms] for h in s.holders],
         "writer_epoch_starts": [list(x) for x in s.writer_epoch_starts],
         "pending": [
             [p.log_offset, p.epoch, p.l0_key, p.byte_offset, p.byte_length, p.record_count, p.crc32c, p.base_offset]
@@ -584,7 +592,7 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
             writer_epoch=num("writer_epoch", 0),
             fence_floor=num("fence_floor", 0),
             holders=tuple(Holder(_str(o, "holder owner"), AccessMode(m), i64(we, "holder writer epoch", 1),
-                                 i64(lu, "lease")) for o, m, we, lu in b["holders"]),
+                                 i64(lu, "lease"), i64(ln, "lease length")) for o, m, we, lu, ln in b["holders"]),
             writer_epoch_starts=tuple((i64(we, "writer epoch", 1), i64(off, "writer epoch start"))
                                       for we, off in b["writer_epoch_starts"]),
             pending=tuple(

@@ -307,3 +307,15 @@ def test_replay_after_snapshot_equals_full_replay():
     snap = sm.decode_snapshot(sm.encode_snapshot(head), "k")
     tail = sm.replay(snap, mid + 1, log.entries[mid + 1 :])
     assert tail == log.state
+
+
+def test_a_claim_may_name_holders_it_found_lapsed_by_the_store_clock():
+    log = Log()
+    assert log.add(Claim(1, "fast", AccessMode.EXCLUSIVE, 10**12, 10**12 - 1000)).accepted  # a clock far ahead
+    assert log.state.holders[0].lease_ms == 1000
+    blocked = log.add(Claim(2, "next", AccessMode.EXCLUSIVE, 6000, 5000))
+    assert isinstance(blocked.rejected, ClaimHeld)  # by its own clock the holder is live
+    took = log.add(Claim(2, "next", AccessMode.EXCLUSIVE, 6000, 5000, (("fast", 1),)))
+    assert took.accepted and [h.owner for h in log.state.holders] == ["next"]
+    assert log.state.fence_floor == 2  # the lapsed holder is fenced from here on
+    assert isinstance(log.add(ph(5, writer_epoch=1)).rejected, WriterFenced)

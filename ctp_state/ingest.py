@@ -1,0 +1,144 @@
+"""Producing a whole input (what ``ctp produce`` does), so that running it again is safe.
+
+An input of records is produced under one producer id; each record's sequence number is
+its position among the input's records for its partition. Before sending, each
+partition is asked how many of the id's records it already holds (``resume``), and
+those are skipped; the rest is sent in batches, and a partition whose batch was not
+accepted gets nothing more this run (its later records are reported *not sent*, so its
+records stay in order). When every record is in, a completion marker
+(``runs/produce/<producer id>.json``, sealed, create-if-absent) records the run, so
+running the same input again, even long after its partitions forgot the producer
+(:data:`ctp_state.state.MAX_PRODUCERS`), writes nothing twice.
+
+For a file, ``ctp produce`` derives the producer id from the file's bytes: same bytes,
+same id, same sequence numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctp_state import codec, layout
+from ctp_state.errors import CorruptData, CtpError, KeyExists, ObjectNotFound
+from ctp_state.l0 import Record
+from ctp_state.producer import Producer, Verdict, write_with_retry
+from ctp_state.store import ObjectStore
+
+Chunks = list[tuple[tuple[str, int], list[Record]]]
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ProduceReport:
+    """Every record of the input, counted by outcome (I4: nothing unaccounted for)."""
+
+    producer_id: str
+    accepted: int = 0  # written now
+    duplicates: int = 0  # already in the log (an earlier run, or a re-send)
+    rejected: int = 0  # not written
+    unknown: int = 0  # may be in the log: run again
+    not_sent: int = 0  # held back after an earlier batch of the partition was not accepted
+    rejected_by_reason: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    first_error: str | None = None
+    completed_before: dict[str, Any] | None = None  # the marker of an earlier complete run
+
+    @property
+    def complete(self) -> bool:
+        return not (self.rejected or self.unknown or self.not_sent)
+
+    def count(self, verdicts: Iterable[Verdict], stopped: set[tuple[str, int]]) -> None:
+        for v in verdicts:
+            if v.accepted:
+                if v.duplicate:
+                    self.duplicates += v.records
+                else:
+                    self.accepted += v.records
+                continue
+            self.duplicates += v.already_written
+            rest = v.records - v.already_written
+            if v.outcome == "unknown":
+                self.unknown += rest
+            else:
+                self.rejected += rest
+            self.rejected_by_reason[v.reason or "error"] += rest
+            self.first_error = self.first_error or str(v.error)
+            stopped.add((v.topic, v.partition))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"producer_id": self.producer_id, "accepted": self.accepted, "duplicates": self.duplicates,
+                "rejected": self.rejected, "unknown": self.unknown, "not_sent": self.not_sent,
+                "rejected_by_reason": dict(self.rejected_by_reason),
+                "completed_before": self.completed_before}
+
+
+def input_producer_id(data: bytes) -> str:
+    """The producer id of an input: the same bytes always produce under the same id."""
+    return "file-" + hashlib.sha256(data).hexdigest()[:32]
+
+
+def send_batches(producer: Producer, batches: Iterable[Chunks], report: ProduceReport,
+                 on_progress: Callable[[int], None] = lambda n: None) -> None:
+    """Send ``batches`` in order; after a batch of a partition is not accepted, hold
+    back the rest of that partition (reported as not sent)."""
+    stopped: set[tuple[str, int]] = set()
+    for chunks in batches:
+        held = [c for c in chunks if c[0] in stopped]
+        report.not_sent += sum(len(r) for _, r in held)
+        ok, bad = write_with_retry(producer, [c for c in chunks if c[0] not in stopped])
+        report.count(ok + bad, stopped)
+        on_progress(sum(len(r) for _, r in chunks))
+
+
+def produce_input(store: ObjectStore, records: Sequence[tuple[str, int, Record]], *, producer_id: str,
+                  batch_records: int = 5000, on_progress: Callable[[int], None] = lambda n: None) -> ProduceReport:
+    """Produce ``records`` (in input order) so that doing it again never duplicates."""
+    report = ProduceReport(producer_id)
+    marker = layout.produce_marker(producer_id)
+    try:
+        report.completed_before = codec.unseal(store.get(marker), marker, "produce marker")
+    except ObjectNotFound:
+        pass
+    except CorruptData as e:  # only a shortcut: the partitions still know what they hold
+        log.warning("ignoring %s", e)
+    if report.completed_before is not None:
+        report.duplicates = len(records)
+        on_progress(len(records))
+        return report
+
+    per_partition: dict[tuple[str, int], int] = defaultdict(int)
+    with Producer(store, producer_id=producer_id) as producer:
+        # Each partition says how many of this id's records it holds: skip those.
+        done = {tp: producer.writer(*tp).resume() for tp in sorted({(t, p) for t, p, _ in records})}
+        todo: list[tuple[str, int, Record]] = []
+        for t, p, rec in records:
+            if per_partition[(t, p)] < done[(t, p)]:
+                report.duplicates += 1
+            else:
+                todo.append((t, p, rec))
+            per_partition[(t, p)] += 1
+        on_progress(report.duplicates)
+
+        def batches() -> Iterable[Chunks]:
+            for start in range(0, len(todo), batch_records):
+                chunks: dict[tuple[str, int], list[Record]] = defaultdict(list)
+                for t, p, rec in todo[start:start + batch_records]:
+                    chunks[(t, p)].append(rec)
+                yield sorted(chunks.items())
+
+        send_batches(producer, batches(), report, on_progress)
+    if report.complete:
+        body = {"v": 1, "producer_id": producer_id, "records": len(records), "completed_ms": int(time.time() * 1000),
+                "partitions": {f"{t}/{p}": n for (t, p), n in sorted(per_partition.items())}}
+        try:
+            store.put_if_absent(marker, codec.seal(body))
+        except KeyExists:
+            pass  # a concurrent run of the same input finished first
+        except CtpError:
+            pass  # only a shortcut for later runs: every record is in either way
+    return report
