@@ -1,4 +1,4 @@
-"""Attack: the file store's LIST is not a consistent view of a directory that grows.
+"""Found by adversarial review, now guarded: the file store's LIST is not a consistent view of a directory that grows.
 
 ``LocalStore.list`` (ctp_state/store.py ``_walk``) reads a directory with ``scandir``
 and sorts; ``readdir`` on a directory being appended to may return an entry created

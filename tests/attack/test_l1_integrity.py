@@ -1,4 +1,4 @@
-"""Attack: L1 files carry no checksum of the records (ctp_state/l1.py ``encode_parquet``
+"""Found by adversarial review, now guarded: L1 files carry no checksum of the records (ctp_state/l1.py ``encode_parquet``
 writes no page checksums and stores no chunk CRC; ``read_l1`` checks nothing), so the
 end-to-end CRC32C a placeholder carries for its L0 chunk stops at the reconciler.
 

@@ -1,4 +1,4 @@
-"""Attack: input at the edge of validity in ``ctp produce``.
+"""Found by adversarial review, now guarded: input at the edge of validity in ``ctp produce``.
 
 1. ``timestamp`` is checked as any int64 >= 0 (ctp_state/jsonl.py ``parse_record``),
    but ms past 9999-12-31 cannot be turned into a datetime: the record is acknowledged,
@@ -27,7 +27,7 @@ def produce(path, url, *extra):
     return CliRunner().invoke(cli.main, ["produce", str(path), "--store", url, "--json", *extra])
 
 
-def test_a_far_future_timestamp_is_accepted_and_then_no_record_of_the_partition_reads(fstore, tmp_path):
+def test_a_far_future_timestamp_is_refused_before_anything_is_written(fstore, tmp_path):
     store = fstore
     create_topic(store, "t", 1)
     path = tmp_path / "in.jsonl"
@@ -44,7 +44,7 @@ def test_a_far_future_timestamp_is_accepted_and_then_no_record_of_the_partition_
         assert values(store) == [], "refused, but records were written"
 
 
-def test_a_lone_surrogate_header_name_passes_validation_and_crashes_mid_run(fstore, tmp_path):
+def test_a_lone_surrogate_header_name_is_refused_before_anything_is_written(fstore, tmp_path):
     store = fstore
     create_topic(store, "t", 1)
     path = tmp_path / "in.jsonl"

@@ -1,4 +1,4 @@
-"""Attack: R8 duplicate detection forgets a producer after MAX_PRODUCERS others wrote to
+"""Found by adversarial review, now guarded: R8 duplicate detection forgets a producer after MAX_PRODUCERS others wrote to
 the partition (ctp_state/state.py ``_remember``), and then:
 
 * a re-send of its batches is accepted a second time (I2/I4: an "unknown" record
@@ -55,7 +55,7 @@ def test_a_resend_after_hundreds_of_other_producers_is_still_a_duplicate(fstore)
     assert again.outcome == "duplicate" and stored == [r.value for r in mine], (again.outcome, stored)
 
 
-def test_running_ctp_produce_again_duplicates_the_whole_file_once_the_partition_forgot_it(
+def test_running_ctp_produce_again_after_the_partition_forgot_it_writes_nothing_twice(
         fstore, tmp_path, monkeypatch):
     store = fstore
     url = store.url
@@ -76,7 +76,7 @@ def test_running_ctp_produce_again_duplicates_the_whole_file_once_the_partition_
     assert mine == [f"v{i}".encode() for i in range(6)], (second.output, mine)
 
 
-def test_a_live_producer_that_was_evicted_is_rejected_forever(fstore):
+def test_a_live_producer_the_partition_forgot_keeps_writing(fstore):
     store = fstore
     create_topic(store, "t", 1)
     with Producer(store, epoch_ttl_s=0, producer_id="long-lived") as prod:

@@ -1,4 +1,4 @@
-"""Attack: re-sending after an unknown outcome with a different batching.
+"""Found by adversarial review, now guarded: re-sending after an unknown outcome with a different batching.
 
 The producer API hands back a verdict per chunk; re-sending is up to the caller, and
 ``Producer.send``/``flush`` merges everything buffered for a partition into one chunk.
@@ -26,7 +26,7 @@ def _unknown_but_landed(store, records):
     assert values(store) == [r.value for r in records]  # it landed
 
 
-def test_resending_an_unknown_batch_merged_with_new_records_is_rejected_yet_the_old_records_are_in(fstore):
+def test_a_resend_merged_with_new_records_is_not_reported_rejected_for_records_that_are_in(fstore):
     store = fstore
     create_topic(store, "t", 1)
     old = [Record(b"a"), Record(b"b")]
@@ -41,7 +41,7 @@ def test_resending_an_unknown_batch_merged_with_new_records_is_rejected_yet_the_
     assert not (v.outcome == "rejected" and set(stored) & {b"a", b"b"}), (v.outcome, v.reason, stored)
 
 
-def test_resending_part_of_an_unknown_batch_is_rejected_yet_it_is_in_the_log(fstore):
+def test_resending_part_of_a_landed_batch_is_not_reported_rejected(fstore):
     store = fstore
     create_topic(store, "t", 1)
     old = [Record(b"a"), Record(b"b"), Record(b"c")]

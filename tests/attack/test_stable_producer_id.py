@@ -1,4 +1,4 @@
-"""Attack: a producer that restarts with the same configured id (the Kafka habit of a
+"""Found by adversarial review, now guarded: a producer that restarts with the same configured id (the Kafka habit of a
 stable ``transactional.id``) and sends NEW records.
 
 A new ``PartitionWriter`` starts at sequence 0 (ctp_state/producer.py). Once the
@@ -20,7 +20,7 @@ from ctp_state.topics import create_topic
 from tests.attack.helpers import values
 
 
-def test_new_records_from_a_restarted_producer_with_a_stable_id_are_reported_accepted_and_dropped(fstore):
+def test_new_records_under_a_reused_producer_id_are_never_reported_accepted_if_dropped(fstore):
     store = fstore
     create_topic(store, "t", 1)
     with Producer(store, epoch_ttl_s=0, producer_id="billing-service") as prod:

@@ -1,4 +1,4 @@
-"""Attack: the GC learns which partitions exist from ``meta/topics/<t>.json``, the one
+"""Found by adversarial review, now guarded: the GC learns which partitions exist from ``meta/topics/<t>.json``, the one
 record the GC's M depends on that is NOT sealed (ctp_state/topics.py ``_decode``, plain
 ``json.loads``). A flipped digit in the partition count, or a missing metadata object,
 hides partitions from the GC: their lower bounds drop out of M, their pending
@@ -39,7 +39,7 @@ def _read_or_lost(store, topic, partition):
         return f"unreadable: {e}"
 
 
-def test_a_flipped_digit_in_the_topic_partition_count_makes_the_gc_delete_acknowledged_data(store, gate):
+def test_a_flipped_digit_in_the_topic_partition_count_never_lets_the_gc_delete(store, gate):
     ce, l0 = _setup(store)
     meta_key = layout.topic_meta("t")
     raw = store.get(meta_key)
@@ -61,7 +61,7 @@ def test_a_flipped_digit_in_the_topic_partition_count_makes_the_gc_delete_acknow
     assert _read_or_lost(store, "t", 1) == [b"acked"]
 
 
-def test_a_missing_topic_metadata_object_makes_the_gc_delete_that_topics_data(store, gate):
+def test_a_missing_topic_metadata_object_stops_the_gc(store, gate):
     ce, l0 = _setup(store)
     first = run_gc(store, gate=gate)  # a GC that saw t/0 and t/1 (M pinned by t/1)
     assert first["partitions"] == 2
@@ -81,7 +81,7 @@ def test_a_missing_topic_metadata_object_makes_the_gc_delete_that_topics_data(st
     assert _read_or_lost(store, "t", 1) == [b"acked"]
 
 
-def test_ctp_verify_does_not_notice_partitions_the_metadata_no_longer_lists(store):
+def test_ctp_verify_reports_partitions_the_metadata_no_longer_lists(store):
     from ctp_state.verify import verify
 
     _setup(store)
