@@ -58,6 +58,12 @@ PARTITION_SCHEMA = pa.schema([
 ])
 
 
+def _checked(rec: dict[str, Any], key: str) -> dict[str, Any]:
+    if rec.get("v") not in SUPPORTED_RECORD_VERSIONS:
+        raise UnsupportedVersion(key, "GC history record", rec.get("v"), SUPPORTED_RECORD_VERSIONS)
+    return rec
+
+
 def record_key(seq: int) -> str:
     return f"{HISTORY_PREFIX}{seq:020d}.json"
 
@@ -69,37 +75,21 @@ def partitions_key(seq: int) -> str:
 class GcHistory:
     def __init__(self, store: ObjectStore):
         self.store = store
-        self.seq = DenseSequence(store, HISTORY_PREFIX, "GC history record", legacy_version=1)
-
-    def _checked(self, rec: dict[str, Any], key: str) -> dict[str, Any]:
-        if rec.get("v") not in SUPPORTED_RECORD_VERSIONS:
-            raise UnsupportedVersion(key, "GC history record", rec.get("v"), SUPPORTED_RECORD_VERSIONS)
-        return rec
+        self.seq = DenseSequence(store, HISTORY_PREFIX, "GC history record", legacy_version=1, check=_checked)
 
     def last_seq(self) -> int:
         """The newest seq in the history, -1 when empty."""
         return self.seq.last()
 
     def get(self, seq: int) -> dict[str, Any]:
-        return self._checked(self.seq.get(seq), record_key(seq))
+        return self.seq.get(seq)
 
     def tail(self, n: int, last: int | None = None, *,
              unreadable: list[tuple[int, str]] | None = None) -> list[dict[str, Any]]:
         """The newest ``n`` records, oldest first. With ``unreadable`` a record that does
         not read (checksum, version) is skipped and reported there as ``(seq, why)``
         instead of raising: one damaged record must not stop every later GC run."""
-        if unreadable is None:
-            return [self._checked(r, record_key(r.get("seq", -1))) for r in self.seq.tail(n, last)]
-        last = self.last_seq() if last is None else last
-        out = []
-        for seq in range(max(0, last - n + 1), last + 1):
-            try:
-                out.append(self.get(seq))
-            except ObjectNotFound:
-                continue
-            except CorruptData as e:
-                unreadable.append((seq, str(e)))
-        return out
+        return self.seq.tail(n, last, unreadable=unreadable)
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every record, oldest first (for reports and audits, not for the GC's own path)."""

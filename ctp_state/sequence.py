@@ -64,12 +64,15 @@ def create_once(store: ObjectStore, key: str, data: bytes, *, attempts: int = 6,
 
 
 class DenseSequence:
-    def __init__(self, store: ObjectStore, prefix: str, what: str, *, legacy_version: int | None = None):
+    def __init__(self, store: ObjectStore, prefix: str, what: str, *, legacy_version: int | None = None,
+                 check: Callable[[dict[str, Any], str], dict[str, Any]] = lambda rec, key: rec):
         """``legacy_version``: records of this version written before records were
-        sealed are still read (unchecked); any other unsealed record is refused."""
+        sealed are still read (unchecked); any other unsealed record is refused.
+        ``check(record, key)`` validates a decoded record (raising CorruptData)."""
         if not prefix.endswith("/"):
             raise ValueError("a sequence prefix ends with '/'")
         self.store, self.prefix, self.what, self.legacy_version = store, prefix, what, legacy_version
+        self.check = check
         self.hint_key = prefix + "hint"
 
     def key(self, seq: int) -> str:
@@ -100,11 +103,13 @@ class DenseSequence:
 
     def get(self, seq: int) -> dict[str, Any]:
         key = self.key(seq)
-        return self.decode(self.store.get(key), key)
+        return self.check(self.decode(self.store.get(key), key), key)
 
-    def tail(self, n: int, last: int | None = None) -> list[dict[str, Any]]:
+    def tail(self, n: int, last: int | None = None, *,
+             unreadable: list[tuple[int, str]] | None = None) -> list[dict[str, Any]]:
         """The newest ``n`` records, oldest first (a seq lost to a crashed appender is
-        skipped; it is never reused)."""
+        skipped; it is never reused). With ``unreadable``, a record that does not read
+        is skipped and reported there as ``(seq, why)`` instead of raising."""
         last = self.last() if last is None else last
         out = []
         for seq in range(max(0, last - n + 1), last + 1):
@@ -112,6 +117,10 @@ class DenseSequence:
                 out.append(self.get(seq))
             except ObjectNotFound:
                 continue
+            except CorruptData as e:
+                if unreadable is None:
+                    raise
+                unreadable.append((seq, str(e)))
         return out
 
     def newest(self) -> dict[str, Any] | None:
