@@ -114,13 +114,20 @@ def test_a_json_valid_edit_of_a_pending_entry_is_caught_and_the_gc_deletes_nothi
     assert l0_keys(store) == before
 
 
-def test_a_garbage_entry_covered_by_the_snapshot_does_not_stop_reads(store):
-    create_topic(store, "t", 1)
+def one_record_per_epoch(store, rounds: int, partitions: int = 1) -> ClusterEpoch:
+    """Topic t; ``rounds`` times: advance C, then one record ``r<i>`` to each partition."""
+    create_topic(store, "t", partitions)
     ce = ClusterEpoch(store)
     with Producer(store, epoch_ttl_s=0) as prod:
-        for i in range(3):
+        for i in range(rounds):
             ce.advance()
-            assert prod.write([(("t", 0), [Record(f"r{i}".encode())])])[0].accepted
+            for v in prod.write([(("t", p), [Record(f"r{i}".encode())]) for p in range(partitions)]):
+                assert v.accepted
+    return ce
+
+
+def test_a_garbage_entry_covered_by_the_snapshot_does_not_stop_reads(store):
+    one_record_per_epoch(store, 3)
     run_reconcile(store)
     with Producer(store, epoch_ttl_s=0) as prod:
         assert prod.write([(("t", 0), [Record(b"pending")])])[0].accepted
@@ -133,12 +140,7 @@ def test_a_garbage_entry_covered_by_the_snapshot_does_not_stop_reads(store):
 
 
 def test_a_corrupt_newest_entry_stops_the_gc_even_with_a_fresh_summary(store, gate):
-    create_topic(store, "t", 2)
-    ce = ClusterEpoch(store)
-    with Producer(store, epoch_ttl_s=0) as prod:
-        for i in range(3):
-            ce.advance()
-            assert prod.write([(("t", p), [Record(f"r{i}".encode())]) for p in range(2)])[0].accepted
+    ce = one_record_per_epoch(store, 3, partitions=2)
     ce.advance()
     ce.advance()
     run_reconcile(store)  # a fresh summary: every partition reconciled, M can move
@@ -158,12 +160,7 @@ def test_a_corrupt_newest_entry_stops_the_gc_even_with_a_fresh_summary(store, ga
 
 def test_l1_files_are_read_through_the_snapshot_too(store):
     """The committed L1 files come from the state (snapshot + tail), not a replay."""
-    create_topic(store, "t", 1)
-    ce = ClusterEpoch(store)
-    with Producer(store, epoch_ttl_s=0) as prod:
-        for i in range(2):
-            ce.advance()
-            assert prod.write([(("t", 0), [Record(f"r{i}".encode())])])[0].accepted
+    one_record_per_epoch(store, 2)
     run_reconcile(store)
     log = PartitionLog(store, "t", 0)
     st = log.read_state()
