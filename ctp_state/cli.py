@@ -166,8 +166,10 @@ def _progress() -> Progress:
               help="Records per flush (one L0 object each).")
 @click.option("--seed", type=int, default=None, help="Seed for --generate (repeatable data).")
 @click.option("--producer-id", default=None,
-              help="Idempotent producer id [default: derived from FILE's bytes, so running the same command again "
-                   "never duplicates; a fresh id for --generate].")
+              help="A name for the producer. For FILE the id is this name plus a digest of FILE's bytes (default: "
+                   "the digest alone), so running the same command again never duplicates and the same name with "
+                   "other bytes is another producer; to write a file twice on purpose, give a new name. For "
+                   "--generate the id itself (default: a fresh one).")
 @command
 def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool, topic_name: str | None,
             records: int, value_size: int, batch_records: int, seed: int | None, producer_id: str | None) -> None:
@@ -182,7 +184,7 @@ def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool,
     accepted). Exit 1 if any was rejected, else 3 if any outcome is unknown: running
     the same command again then writes what is missing and nothing twice.
     """
-    from ctp_state.ingest import ProduceReport, produce_input, send_batches
+    from ctp_state.ingest import ProduceReport, input_producer_id, produce_input, send_batches
     from ctp_state.producer import Producer
 
     if generate == (file is not None):
@@ -197,12 +199,12 @@ def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool,
             with Producer(store, producer_id=producer_id) as producer:
                 report = ProduceReport(producer.producer_id)
                 send_batches(producer, _generated(store, topic_name, records, value_size, batch_records, seed),
-                             report, advance)
+                             report, records, advance)
         else:
-            parsed, derived = _read_input(store, file)  # type: ignore[arg-type]
+            parsed, digest = _read_input(store, file)  # type: ignore[arg-type]
             progress.update(task, total=len(parsed))
-            report = produce_input(store, parsed, producer_id=producer_id or derived, batch_records=batch_records,
-                                   on_progress=advance)
+            report = produce_input(store, parsed, producer_id=input_producer_id(digest, producer_id), digest=digest,
+                                   batch_records=batch_records, on_progress=advance)
     seconds = time.monotonic() - started
     total = report.accepted + report.duplicates + report.rejected + report.unknown + report.not_sent
     summary = {**report.as_dict(), "seconds": round(seconds, 3), "records_per_second": round(total / max(seconds, 1e-9))}
@@ -251,11 +253,11 @@ def _generated(store: ObjectStore, topic_name: str | None, n: int, value_size: i
 
 def _read_input(store: ObjectStore, file: str) -> tuple[list[tuple[str, int, Record]], str]:
     """Read and validate the whole input (bad input writes nothing); return the records
-    and the producer id derived from the input's bytes."""
+    and the input's SHA-256."""
     import io
 
     from ctp_state.errors import InvalidRecord
-    from ctp_state.ingest import input_producer_id
+    from ctp_state.ingest import input_digest
     from ctp_state.jsonl import read_records
     from ctp_state.topics import get_topic
 
@@ -276,7 +278,7 @@ def _read_input(store: ObjectStore, file: str) -> tuple[list[tuple[str, int, Rec
             topics[t].check_partition(p)
         except CtpError as e:
             raise CtpError(f"{name}: record {i + 1}: {e}") from None
-    return parsed, input_producer_id(raw)
+    return parsed, input_digest(raw)
 
 
 # --- status -----------------------------------------------------------------------------

@@ -77,31 +77,59 @@ class ProduceReport:
                 "completed_before": self.completed_before}
 
 
-def input_producer_id(data: bytes) -> str:
-    """The producer id of an input: the same bytes always produce under the same id."""
-    return "file-" + hashlib.sha256(data).hexdigest()[:32]
+def input_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def send_batches(producer: Producer, batches: Iterable[Chunks], report: ProduceReport,
+def input_producer_id(digest: str, name: str | None = None) -> str:
+    """The producer id of an input: the same bytes always produce under the same id. A
+    ``name`` (``--producer-id``) is prefixed, never substituted: the same name with
+    other bytes is another producer, so it can never skip records it did not write."""
+    if name is None:
+        return "file-" + digest[:32]
+    if len(name) > 111:
+        raise ValueError(f"--producer-id {name[:20]!r}... is longer than 111 characters")
+    return layout.check_producer_id(f"{name}.{digest[:16]}")
+
+
+def send_batches(producer: Producer, batches: Iterable[Chunks], report: ProduceReport, total: int,
                  on_progress: Callable[[int], None] = lambda n: None) -> None:
-    """Send ``batches`` in order; after a batch of a partition is not accepted, hold
-    back the rest of that partition (reported as not sent)."""
+    """Send ``batches`` (``total`` records in all) in order; after a batch of a
+    partition is not accepted, hold back the rest of that partition (not sent). If a
+    flush fails before writing anything, its records are rejected and every record
+    after it is not sent: each record still gets an outcome (I4)."""
     stopped: set[tuple[str, int]] = set()
+    seen = 0
     for chunks in batches:
+        size = sum(len(r) for _, r in chunks)
         held = [c for c in chunks if c[0] in stopped]
         report.not_sent += sum(len(r) for _, r in held)
-        ok, bad = write_with_retry(producer, [c for c in chunks if c[0] not in stopped])
+        try:
+            ok, bad = write_with_retry(producer, [c for c in chunks if c[0] not in stopped])
+        except CtpError as e:  # raised before this flush wrote anything
+            report.rejected += size - sum(len(r) for _, r in held)
+            report.rejected_by_reason[getattr(e, "code", "error")] += size
+            report.first_error = report.first_error or str(e)
+            report.not_sent += total - seen - size
+            return
         report.count(ok + bad, stopped)
-        on_progress(sum(len(r) for _, r in chunks))
+        seen += size
+        on_progress(size)
 
 
 def produce_input(store: ObjectStore, records: Sequence[tuple[str, int, Record]], *, producer_id: str,
-                  batch_records: int = 5000, on_progress: Callable[[int], None] = lambda n: None) -> ProduceReport:
-    """Produce ``records`` (in input order) so that doing it again never duplicates."""
+                  digest: str, batch_records: int = 5000,
+                  on_progress: Callable[[int], None] = lambda n: None) -> ProduceReport:
+    """Produce ``records`` (in input order; ``digest`` the input's SHA-256) so that
+    doing it again never duplicates."""
     report = ProduceReport(producer_id)
     marker = layout.produce_marker(producer_id)
     try:
-        report.completed_before = codec.unseal(store.get(marker), marker, "produce marker")
+        done = codec.unseal(store.get(marker), marker, "produce marker")
+        if done.get("digest") == digest and done.get("records") == len(records):
+            report.completed_before = done
+        else:
+            log.warning("ignoring %s: it records another input", marker)
     except ObjectNotFound:
         pass
     except CorruptData as e:  # only a shortcut: the partitions still know what they hold
@@ -131,9 +159,14 @@ def produce_input(store: ObjectStore, records: Sequence[tuple[str, int, Record]]
                     chunks[(t, p)].append(rec)
                 yield sorted(chunks.items())
 
-        send_batches(producer, batches(), report, on_progress)
+        send_batches(producer, batches(), report, len(todo), on_progress)
+    accounted = report.accepted + report.duplicates + report.rejected + report.unknown + report.not_sent
+    if accounted != len(records):  # I4: every record has an outcome; a gap is a bug, say so loudly
+        raise CtpError(f"produce accounted for {accounted} of {len(records)} records (a bug: please report it); "
+                       "no completion marker written, run the same command again")
     if report.complete:
-        body = {"v": 1, "producer_id": producer_id, "records": len(records), "completed_ms": int(time.time() * 1000),
+        body = {"v": 1, "producer_id": producer_id, "digest": digest, "records": len(records),
+                "completed_ms": int(time.time() * 1000),
                 "partitions": {f"{t}/{p}": n for (t, p), n in sorted(per_partition.items())}}
         try:
             store.put_if_absent(marker, codec.seal(body))

@@ -246,7 +246,10 @@ class Producer:
         chunks = [((t, p), recs) for (t, p), recs in chunks if recs]
         for (t, p), _ in chunks:
             self.topic(t).check_partition(p)
-        e = validate.epoch(epoch if epoch is not None else self.epochs.get())
+        try:
+            e = validate.epoch(epoch if epoch is not None else self.epochs.get())
+        except CtpError as err:  # the cluster epoch did not read: nothing was written
+            return [Verdict(t, p, len(recs), "", error=err) for (t, p), recs in chunks]
         data, refs = build_object(e, ((t, p, recs) for (t, p), recs in chunks))
         key = layout.l0_key(self._rng.randrange(self.spread_width), e, uuid.uuid4().hex)
         try:
@@ -291,12 +294,12 @@ def write_with_retry(
     dropped without being in one of the two lists."""
     accepted: list[Verdict] = []
     pending = [c for c in chunks if c[1]]
-    rejected: list[Verdict] = []
+    rejected: list[Verdict] = []  # over every attempt: a verdict is never dropped
     for attempt in range(attempts):
         if not pending:
             break
         verdicts = producer.write(pending)
-        retry, rejected = [], []
+        retry = []
         for verdict, chunk in zip(verdicts, pending):
             if verdict.accepted:
                 accepted.append(verdict)

@@ -51,10 +51,15 @@ SNAPSHOT_VERSION = 2
 SUPPORTED_SNAPSHOT_VERSIONS = (2,)
 #: How many writer-epoch start offsets a partition remembers (for end-offset queries).
 WRITER_EPOCH_HISTORY = 256
-#: R8: how many producers a partition remembers, the least recently written dropped
-#: first. A re-send is recognised only from a producer the partition still remembers;
-#: a forgotten producer's next batch is taken as new (Kafka's producer reset).
+#: R8: a partition remembers every producer that wrote within the last
+#: PRODUCER_RETENTION_EPOCHS cluster epochs (a day at the default 5-minute epochs), and
+#: older ones while it remembers fewer than MAX_PRODUCERS (least recently written
+#: forgotten first); never more than MAX_PRODUCERS_HARD. A re-send is recognised only
+#: from a producer the partition still remembers; a forgotten producer's next batch is
+#: taken as new (Kafka's producer reset).
 MAX_PRODUCERS = 1024
+PRODUCER_RETENTION_EPOCHS = 288
+MAX_PRODUCERS_HARD = 16384
 #: R8: how many of a producer's newest batches are kept to answer a re-send with the
 #: batch's offset and to check it holds the same records (Kafka keeps five as well).
 PRODUCER_BATCHES = 5
@@ -109,6 +114,7 @@ class ProducerSeq:
     producer_id: str
     last_seq: int  # sequence number of the last record applied
     batches: tuple[ProducerBatch, ...]  # its newest batches, oldest first
+    last_epoch: int = 0  # epoch of its last applied placeholder: how long it is remembered
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,9 +360,18 @@ def _duplicate_of(s: PartitionState, known: ProducerSeq, e: Placeholder) -> tupl
 def _remember(s: PartitionState, known: ProducerSeq | None, e: Placeholder, base: int) -> PartitionState:
     batch = ProducerBatch(e.sequence, e.record_count, base, e.fingerprint)  # type: ignore[arg-type]
     batches = ((known.batches if known else ()) + (batch,))[-PRODUCER_BATCHES:]
-    entry = ProducerSeq(e.producer_id, batch.last_seq, batches)  # type: ignore[arg-type]
-    others = tuple(p for p in s.producers if p.producer_id != e.producer_id)
-    return replace(s, producers=(others + (entry,))[-MAX_PRODUCERS:])
+    entry = ProducerSeq(e.producer_id, batch.last_seq, batches, e.epoch)  # type: ignore[arg-type]
+    table = tuple(p for p in s.producers if p.producer_id != e.producer_id) + (entry,)
+    if len(table) > MAX_PRODUCERS:
+        # Forget the least recently written first, but only producers quiet for longer
+        # than the retention (so a re-run or re-send within it is always recognised)...
+        horizon = s.max_applied_epoch - PRODUCER_RETENTION_EPOCHS  # type: ignore[operator]
+        excess = len(table) - MAX_PRODUCERS
+        old = {p.producer_id for p in table[:-1] if p.last_epoch < horizon}
+        drop = set(list(p.producer_id for p in table if p.producer_id in old)[:excess])
+        table = tuple(p for p in table if p.producer_id not in drop)
+        table = table[-MAX_PRODUCERS_HARD:]  # ...and a hard bound on memory
+    return replace(s, producers=table)
 
 
 def allowed_lower_bound(s: PartitionState, through_log_offset: int) -> int:
@@ -555,8 +570,9 @@ def encode_snapshot(s: PartitionState) -> bytes:
             for p in s.pending
         ],
         "l1_ends": list(s.l1_ends),
-        "producers": [[p.producer_id, p.last_seq, [[b.first_seq, b.record_count, b.base_offset, b.fingerprint]
-                                                   for b in p.batches]] for p in s.producers],
+        "producers": [[p.producer_id, p.last_seq, p.last_epoch,
+                       [[b.first_seq, b.record_count, b.base_offset, b.fingerprint] for b in p.batches]]
+                      for p in s.producers],
     }
     return codec.seal(body)
 
@@ -606,8 +622,8 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
                 ProducerSeq(_str(pid, "producer id"), i64(last, "producer sequence"),
                             tuple(ProducerBatch(i64(f, "batch sequence"), i64(n, "batch records", 1),
                                                 i64(base, "batch offset"), i64(c, "batch fingerprint"))
-                                  for f, n, base, c in batches))
-                for pid, last, batches in b["producers"]
+                                  for f, n, base, c in batches), i64(epoch, "producer epoch", 1))
+                for pid, last, epoch, batches in b["producers"]
             ),
         )
     except (KeyError, TypeError, ValueError) as e:
