@@ -21,7 +21,7 @@ ENTRY_VERSION = 2
 SUPPORTED_ENTRY_VERSIONS = (1, 2)  # 1: before checksums, read but never written
 #: Fields written only when set, so the common entry stays small.
 _OPTIONAL = ("writer_epoch", "producer_id", "sequence", "fingerprint")
-_OPTIONAL_EMPTY = ("expired",)
+_OPTIONAL_EMPTY = ("expired", "l1_crc32c")
 
 
 class AccessMode(str, Enum):
@@ -71,6 +71,9 @@ class Reconcile:
     l1_keys: tuple[str, ...]
     min_epoch_lower_bound: int
     writer_epoch: int
+    # CRC32C of each L1 file's bytes, as written: the end-to-end check that readers
+    # and the GC apply to the whole file (Parquet's page checksums leave the footer out).
+    l1_crc32c: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,12 +199,16 @@ def _build(cls: type, body: dict) -> Entry:
             keys = body["l1_keys"]
             if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
                 raise ValueError("l1_keys must be a list of non-empty strings")
+            crcs = body.get("l1_crc32c", [])
+            if not isinstance(crcs, list) or (crcs and len(crcs) != len(keys)):
+                raise ValueError("l1_crc32c must list one CRC32C per L1 key")
             return Reconcile(
                 through_log_offset=_int(body, "through_log_offset"),
                 last_record_offset=_int(body, "last_record_offset", -1),
                 l1_keys=tuple(keys),
                 min_epoch_lower_bound=_epoch(body, "min_epoch_lower_bound"),
                 writer_epoch=_int(body, "writer_epoch", 1),
+                l1_crc32c=tuple(validate.int64(c, what="l1_crc32c", maximum=0xFFFFFFFF) for c in crcs),
             )
         if cls is Advance:
             return Advance(epoch=_epoch(body, "epoch"), writer_epoch=_int(body, "writer_epoch", 1))

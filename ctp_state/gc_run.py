@@ -26,6 +26,7 @@ nothing half-done that matters: deletes are idempotent and the next run lists ag
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import time
@@ -67,9 +68,7 @@ class GcConfig:
     list_threads: int = 8
     read_threads: int = 32  # partitions whose state is read at once
     history_tail: int = 50
-    verify_l1_rows: bool = True  # read the offset column of each new L1 file
-    l1_sweep: bool = True
-    sweep_topics: tuple[str, ...] | None = None  # L1 sweep only these topics (M is always cluster-wide)
+    sweep_topics: tuple[str, ...] | None = None  # collect L1 orphans only in these topics (checks: everywhere)
 
     def __post_init__(self) -> None:
         if self.grace_s < 0 or self.l1_grace_s < 0:
@@ -111,6 +110,18 @@ class PartitionView:
     holders: tuple[sm.Holder, ...]
     #: The smallest epoch of an accepted placeholder not reconciled yet (None: none).
     min_pending_epoch: int | None = None
+    l1_ends: tuple[int, ...] = ()  # the state's committed L1 files (shared, not copied)
+    l1_crcs: tuple[int | None, ...] = ()
+
+    def l1_after(self, w: int) -> tuple[sm.L1Ref, ...]:
+        """The committed L1 files whose records come after offset ``w``."""
+        i = bisect.bisect_right(self.l1_ends, w)
+        first = self.l1_ends[i - 1] + 1 if i else 0
+        out = []
+        for last, crc in zip(self.l1_ends[i:], self.l1_crcs[i:]):
+            out.append(sm.L1Ref(layout.l1_key(self.topic, self.partition, first, last), first, last, crc))
+            first = last + 1
+        return tuple(out)
 
     @property
     def m(self) -> int | None:
@@ -123,7 +134,7 @@ class PartitionView:
         return cls(s.topic, s.partition, "log", f["initialized"], f["min_epoch_lower_bound"],
                    f["previous_applied_epoch"], f["max_applied_epoch"], f["last_reconciled_offset"],
                    f["log_end_offset"], f["lag_entries"], f["lag_records"], f["lag_bytes"], holders,
-                   f["min_pending_epoch"])
+                   f["min_pending_epoch"], s.l1_ends, s.l1_crcs)
 
 
 # --- inputs ----------------------------------------------------------------------------------
@@ -287,17 +298,21 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
                        if r["min_epoch_lower_bound"] is not None}
         watermarks = {(r["topic"], r["partition"]): (r["l1_swept_through"], r["l1_swept_log_end"]) for r in pt}
 
-    sweeps: list[gc_l1.SweepResult] = []
-    if config.l1_sweep:
-        # A partition under a live claim may have a reconciler writing files now: next run.
-        inputs = [gc_l1.SweepInput(v.topic, v.partition, v.last_reconciled_offset, v.log_end_offset,
-                                   *watermarks.get((v.topic, v.partition), (-1, -1)))
-                  for v in views if v.initialized and not any(h.lease_until_ms > started_ms for h in v.holders)
-                  and (not config.sweep_topics or v.topic in config.sweep_topics)]
-        on_progress("l1-sweep", 0, len(inputs))
-        sweeps = gc_l1.sweep(store, inputs, now_s=clock(), grace_s=config.l1_grace_s,
-                             verify_rows=config.verify_l1_rows)
-        on_progress("l1-sweep", len(inputs), len(inputs))
+    # Every partition's new committed L1 files are checked (their L0 sources may go this
+    # run); orphans are collected only where no claim is live (a reconciler may be
+    # writing) and in the topics asked for.
+    inputs = []
+    for v in views:
+        if not v.initialized:
+            continue
+        w, log_end = watermarks.get((v.topic, v.partition), (-1, -1))
+        collect = not any(h.lease_until_ms > started_ms for h in v.holders) and (
+            not config.sweep_topics or v.topic in config.sweep_topics)
+        inputs.append(gc_l1.SweepInput(v.topic, v.partition, v.last_reconciled_offset, v.log_end_offset, w, log_end,
+                                       v.l1_after(w), collect))
+    on_progress("l1-check", 0, len(inputs))
+    sweeps = gc_l1.sweep(store, inputs, now_s=clock(), grace_s=config.l1_grace_s)
+    on_progress("l1-check", len(inputs), len(inputs))
     new_marks = dict(watermarks)
     new_marks.update({(s.topic, s.partition): (s.swept_through, s.swept_log_end) for s in sweeps})
 
@@ -321,7 +336,8 @@ def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
         failures.append(f"backstop: candidate M={m} is below the highest recorded M={hw}")
     for row in p.frames["l1_files"].to_pylist():  # I2: the L1 copy reads before its L0 sources go
         if row.get("checksums_ok") is False:
-            failures.append(f"backstop: L1 file {row['key']} fails its page checksums")
+            failures.append(f"backstop: L1 file {row['key']} is missing or fails its checks "
+                            "(CRC32C as committed, page checksums, schema)")
     if m is not None:  # I1, independently of the lower bounds that gave M
         low = [v for v in p.views if v.min_pending_epoch is not None and v.min_pending_epoch <= m]
         for v in low[:10]:
@@ -404,7 +420,6 @@ def run_gc(
         "l1_listed": sum(s.listed for s in p.sweeps), "l1_new_files_checked": sum(len(s.new_files) for s in p.sweeps),
         "l1_orphans": len(l1_orphans), "l1_orphan_bytes": sum(o.size for o in l1_orphans),
         "l1_young_skipped": sum(s.young for s in p.sweeps),
-        "l1_slow_path_partitions": sum(1 for s in p.sweeps if s.slow_path),
         "l1_partitions_unchanged": sum(1 for s in p.sweeps if s.skipped)}
     try:
         on_progress("list", 0, 1)

@@ -135,18 +135,24 @@ def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> d
     store.put(f.key, data)
     t4 = time.perf_counter()
     return {"key": f.key, "records": table.num_rows, "l0_bytes": f.l0_bytes, "l1_bytes": len(data),
+            "l1_crc32c": l0.crc32c(data),
             "read_s": t1 - t0, "decode_s": t2 - t1, "encode_s": t3 - t2, "write_s": t4 - t3,
             "wall_s": t4 - t0, "cpu_s": time.process_time() - cpu0}
 
 
-def read_l1(store: ObjectStore, key: str) -> pa.Table:
-    """A committed L1 file, every page checked against its checksum (files written
-    before page checksums have none to check); :class:`CorruptData` naming the key."""
-    return parse_l1(store.get(key), key)
+def read_l1(store: ObjectStore, key: str, crc32c: int | None = None) -> pa.Table:
+    """A committed L1 file, checked: the CRC32C of its bytes as committed (when known),
+    every page against its checksum, its schema; :class:`CorruptData` naming the key."""
+    return parse_l1(store.get(key), key, crc32c)
 
 
-def parse_l1(data: bytes, key: str) -> pa.Table:
+def parse_l1(data: bytes, key: str, crc32c: int | None = None) -> pa.Table:
+    if crc32c is not None and l0.crc32c(data) != crc32c:
+        raise CorruptData(key, "L1 file fails its CRC32C check: its bytes are not the ones committed")
     try:
-        return pq.read_table(io.BytesIO(data), page_checksum_verification=True)
+        table = pq.read_table(io.BytesIO(data), page_checksum_verification=True)
     except (OSError, pa.ArrowException) as e:
         raise CorruptData(key, f"L1 file does not read: {e}") from None
+    if not table.schema.remove_metadata().equals(SCHEMA):
+        raise CorruptData(key, f"L1 file's schema is not the L1 schema: {table.schema.remove_metadata()}")
+    return table

@@ -44,8 +44,8 @@ def read_partition(store: ObjectStore, topic: str, partition: int, from_offset: 
         rows += t.num_rows
         return limit is not None and rows >= limit
 
-    for key in state.committed_l1_keys(from_offset):
-        if add(read_l1(store, key).select(SCHEMA.names).cast(SCHEMA)):
+    for f in state.committed_l1_files(from_offset):
+        if add(read_l1(store, f.key, f.crc32c).select(SCHEMA.names).cast(SCHEMA)):
             break
     else:
         for p in state.pending:

@@ -286,9 +286,11 @@ def _build_and_commit(store: ObjectStore, c: int, config: ReconcileConfig, owner
                 through = fs[-1].chunks[-1].log_offset
                 last = fs[-1].last_offset
                 keys = tuple(f.key for f in fs)
+                crcs = tuple(by_key[f.key]["l1_crc32c"] for f in fs)
 
                 def entry(fresh: sm.PartitionState) -> Reconcile:
-                    return Reconcile(through, last, keys, sm.allowed_lower_bound(fresh, through), writer_epoch)
+                    return Reconcile(through, last, keys, sm.allowed_lower_bound(fresh, through), writer_epoch,
+                                     crcs)
 
                 out = log.append(st, entry).outcome
                 if out.rejected is not None:

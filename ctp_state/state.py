@@ -118,6 +118,17 @@ class ProducerSeq:
 
 
 @dataclass(frozen=True, slots=True)
+class L1Ref:
+    """A committed L1 file: its key, offsets and the CRC32C of its bytes (None for files
+    committed before ctp recorded one)."""
+
+    key: str
+    first: int
+    last: int
+    crc32c: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionState:
     topic: str
     partition: int
@@ -136,6 +147,7 @@ class PartitionState:
     writer_epoch_starts: tuple[tuple[int, int], ...] = ()  # (writer epoch, log offset)
     pending: tuple[Pending, ...] = ()
     l1_ends: tuple[int, ...] = ()  # last record offset of each committed L1 file, in order
+    l1_crcs: tuple[int | None, ...] = ()  # CRC32C of each committed L1 file (None: committed without one)
     producers: tuple[ProducerSeq, ...] = ()  # least recently written first
     # --- volatile: the sliding fence window, never snapshotted ---
     max_seen_epoch: int | None = field(default=None, compare=False)
@@ -179,10 +191,14 @@ class PartitionState:
 
     def committed_l1_keys(self, from_offset: int = 0) -> list[str]:
         """Keys of the committed L1 files holding offsets >= ``from_offset``, in order."""
+        return [f.key for f in self.committed_l1_files(from_offset)]
+
+    def committed_l1_files(self, from_offset: int = 0) -> list[L1Ref]:
+        """The committed L1 files holding offsets >= ``from_offset``, in order."""
         out, first = [], 0
-        for last in self.l1_ends:
+        for last, crc in zip(self.l1_ends, self.l1_crcs):
             if last >= from_offset:
-                out.append(layout.l1_key(self.topic, self.partition, first, last))
+                out.append(L1Ref(layout.l1_key(self.topic, self.partition, first, last), first, last, crc))
             first = last + 1
         return out
 
@@ -419,6 +435,7 @@ def _apply_reconcile(s: PartitionState, offset: int, e: Reconcile) -> PartitionS
         min_epoch_lower_bound=e.min_epoch_lower_bound,
         pending=s.pending[len(covered) :],
         l1_ends=s.l1_ends + ends,
+        l1_crcs=s.l1_crcs + (tuple(e.l1_crc32c) if e.l1_crc32c else (None,) * len(ends)),
     )
 
 
@@ -570,6 +587,7 @@ def encode_snapshot(s: PartitionState) -> bytes:
             for p in s.pending
         ],
         "l1_ends": list(s.l1_ends),
+        "l1_crcs": list(s.l1_crcs),
         "producers": [[p.producer_id, p.last_seq, p.last_epoch,
                        [[b.first_seq, b.record_count, b.base_offset, b.fingerprint] for b in p.batches]]
                       for p in s.producers],
@@ -618,6 +636,7 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
                 for a, e, k, bo, bl, rc, c, base in b["pending"]
             ),
             l1_ends=tuple(i64(x, "L1 file end") for x in b["l1_ends"]),
+            l1_crcs=tuple(None if x is None else i64(x, "L1 file CRC32C") for x in b["l1_crcs"]),
             producers=tuple(
                 ProducerSeq(_str(pid, "producer id"), i64(last, "producer sequence"),
                             tuple(ProducerBatch(i64(f, "batch sequence"), i64(n, "batch records", 1),
@@ -678,7 +697,7 @@ def inconsistencies(s: PartitionState) -> list[str]:
     if s.next_offset != expected_base:
         out.append(f"next record offset {s.next_offset}, the pending placeholders end at {expected_base - 1}")
     if any(b <= a for a, b in zip(s.l1_ends, s.l1_ends[1:])) or (s.l1_ends[-1] if s.l1_ends else -1) != \
-            s.last_reconciled_offset:
+            s.last_reconciled_offset or len(s.l1_crcs) != len(s.l1_ends):
         out.append(f"L1 files do not tile the records through the last reconciled offset {s.last_reconciled_offset}")
     if s.fence_floor > s.writer_epoch or any(h.writer_epoch > s.writer_epoch for h in s.holders):
         out.append(f"a claim is ahead of the writer epoch {s.writer_epoch}")

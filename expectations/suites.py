@@ -82,7 +82,8 @@ def l1_files() -> gx.ExpectationSuite:
         meta={"why": "a file's offsets end where its key says"}))
     s.add_expectation(gxe.ExpectColumnValuesToBeInSet(
         column="checksums_ok", value_set=[True],
-        meta={"why": "I2: a new L1 file reads with every page checksum intact before its L0 sources go"}))
+        meta={"why": "I2: a new L1 file is there and reads intact (CRC32C as committed, page checksums, "
+                          "schema) before its L0 sources go"}))
     s.add_expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition", "first_offset"]))
     return s
 

@@ -69,7 +69,7 @@ def test_producers_reconcilers_gcs_and_advances_together_lose_and_duplicate_noth
         while not stop.is_set():
             try:
                 gc_runs.append(run_gc(store, gate=lambda frames: GateResult(True, []),
-                                      config=GcConfig(l1_grace_s=0, verify_l1_rows=False)))
+                                      config=GcConfig(l1_grace_s=0)))
             except (CtpError, GateFailed) as e:
                 errors.append(f"gc: {e}")
             time.sleep(0.2)

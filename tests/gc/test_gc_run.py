@@ -125,7 +125,8 @@ def test_a_damaged_l1_file_fails_the_l1_suite(store, gate):
     pq.write_table(table.slice(0, table.num_rows - 1), buf)  # one offset lost
     store.put(key, buf.getvalue())
     before = l0_keys(store)
-    with pytest.raises(GateFailed, match=r"l1_files: expect_column_pair_values_to_be_equal\(column_A=rows, column_B=span"):
+    # Its bytes are not the ones committed (CRC32C), whatever else is wrong with it.
+    with pytest.raises(GateFailed, match=r"l1_files: expect_column_values_to_be_in_set\(column=checksums_ok"):
         run_gc(store, gate=gate)
     assert l0_keys(store) == before
 
@@ -176,7 +177,7 @@ def test_l1_orphans_of_a_crashed_reconciler_are_collected_after_the_grace(store,
     young = run_gc(store, gate=gate)  # default grace: 1 h
     assert young["l1_orphans"] == 0 and young["l1_young_skipped"] == 1
     rec = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
-    assert rec["l1_orphans_deleted"] == 1 and rec["l1_slow_path_partitions"] == 1
+    assert rec["l1_orphans_deleted"] == 1
     assert store.head(superseded) is None
     assert store.head(beyond) is not None  # a live writer could still commit it
     assert store.head(committed) is not None
