@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctp_state import codec, layout
-from ctp_state.errors import CorruptData, CtpError, KeyExists, ObjectNotFound
+from ctp_state.errors import ConfigError, CorruptData, CtpError, KeyExists, ObjectNotFound
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer, Verdict, write_with_retry
 from ctp_state.store import ObjectStore
@@ -88,8 +88,12 @@ def input_producer_id(digest: str, name: str | None = None) -> str:
     if name is None:
         return "file-" + digest[:32]
     if len(name) > 111:
-        raise ValueError(f"--producer-id {name[:20]!r}... is longer than 111 characters")
-    return layout.check_producer_id(f"{name}.{digest[:16]}")
+        raise ConfigError(f"--producer-id {name[:20]!r}... is {len(name)} characters, at most 111 allowed "
+                          "(ctp adds 17 for the input's digest)")
+    try:
+        return layout.check_producer_id(f"{name}.{digest[:16]}")
+    except ValueError:
+        raise ConfigError(f"--producer-id {name!r} may only hold letters, digits, '.', '_' and '-'") from None
 
 
 def send_batches(producer: Producer, batches: Iterable[Chunks], report: ProduceReport, total: int,

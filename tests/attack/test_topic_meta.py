@@ -18,7 +18,7 @@ from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from ctp_state.topics import create_topic
-from tests.attack.helpers import l0_keys, values
+from tests.attack.helpers import values
 
 
 def _setup(store):

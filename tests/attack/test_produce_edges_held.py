@@ -26,7 +26,7 @@ from ctp_state.reconcile import run_reconcile
 from ctp_state.topics import create_topic
 from ctp_state.validate import MAX_TIMESTAMP_MS
 from tests.attack.helpers import values
-from tests.attack2.conftest import LostResponses
+from tests.attack.conftest import LostResponses
 
 
 def _produce(args, url):
@@ -53,7 +53,7 @@ def test_timestamps_at_the_bounds_round_trip_through_l1(fstore, tmp_path):
     assert read.exit_code == 0, read.output
 
 
-@pytest.mark.parametrize("pid", ["...", "-x", "_", "a" * 128, "A.b-C_9"])
+@pytest.mark.parametrize("pid", ["...", "-x", "_", "a" * 111, "A.b-C_9"])
 def test_unusual_producer_ids_rerun_without_duplicates(fstore, tmp_path, pid):
     store = fstore
     create_topic(store, "t", 1)
@@ -100,3 +100,13 @@ def test_two_runs_of_one_file_one_seeing_an_unknown_outcome(fstore, tmp_path, mo
     assert again.exit_code == 0, again.output
     for p in (0, 1):
         assert values(store, "t", p) == [f"v{i}".encode() for i in range(p, 40, 2)]
+
+
+@pytest.mark.parametrize("pid, why", [("a" * 112, "at most 111"), ("a/b", "letters, digits")])
+def test_a_producer_id_that_cannot_name_a_producer_is_a_one_line_error(fstore, tmp_path, pid, why):
+    create_topic(fstore, "t", 1)
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"topic": "t", "partition": 0, "value": "v"}\n')
+    out = CliRunner().invoke(cli.main, ["produce", str(path), "--producer-id", pid, "--store", fstore.url])
+    assert out.exit_code == 1 and why in out.output and out.output.startswith("error: --producer-id")
+    assert not list(fstore.list("l0/"))

@@ -39,7 +39,7 @@ from ctp_state.store import ObjectStore
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
 from tests.attack.test_producer_eviction import crowd_out
-from tests.attack2.conftest import LostResponses
+from tests.attack.conftest import LostResponses
 
 
 def _write(path, lines) -> str:
