@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from ctp_state import layout
 from ctp_state.gc_history import GcHistory
 from ctp_state.log import PartitionLog
 from tests.airflow.conftest import airflow
@@ -19,19 +20,22 @@ def test_verify_stops_the_gc_dag_before_any_delete(airflow_env, store):
     reconciled(store)
     r = airflow(airflow_env, "db", "migrate")
     assert r.returncode == 0, r.stderr[-2000:]
-    # An L1 file a commit names is gone: the GC alone would not notice (it only checks
-    # files committed since its last sweep), verify does.
-    (lost,) = PartitionLog(store, "t", 1).read_state().committed_l1_keys()
-    store.delete_many([lost])
+    # An old entry goes bad under a snapshot: every reader (and so the gate) still reads
+    # the state from the snapshot, but the log could no longer rebuild it. Only a full
+    # verify reads every entry.
+    log = PartitionLog(store, "t", 1)
+    log.write_snapshot(log.read_state())
+    lost = layout.log_entry("t", 1, 1)
+    store.put(lost, store.get(lost)[:-9] + b"garbage}")
     before = l0_keys(store)
 
     r = airflow(airflow_env, "dags", "test", "ctp_gc", "-c", json.dumps({"verify": True}), timeout=600)
     out = r.stdout + r.stderr
-    assert "committed L1 file is missing" in out and lost in out
+    assert "entry does not decode" in out and lost in out
     assert l0_keys(store) == before  # nothing deleted
     assert GcHistory(store).last_seq() == -1  # collect never ran
 
     r = airflow(airflow_env, "dags", "test", "ctp_gc", "-c", json.dumps({"verify": False}), timeout=600)
     assert "verify: skipped" in r.stdout + r.stderr
     assert GcHistory(store).tail(1)[0]["status"] == "ok"
-    assert set(l0_keys(store)) < set(before)  # without verify, the GC runs and deletes
+    assert set(l0_keys(store)) < set(before)  # without verify, the GC runs (its state reads) and deletes
