@@ -17,28 +17,17 @@ from __future__ import annotations
 import random
 
 from ctp_state.entries import AccessMode
-from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError
 from ctp_state.gc_run import run_gc
-from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
-from ctp_state.producer import Producer
-from ctp_state.read import committed_l1_keys, read_partition
+from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
-from ctp_state.topics import create_topic
-from tests.attack.helpers import l0_keys
+from tests.attack.helpers import l0_keys, one_reconciled_record
 
 
 def test_a_claimed_partitions_unchecked_l1_file_never_lets_its_l0_source_go(store, gate):
-    create_topic(store, "t", 1)
-    ce = ClusterEpoch(store)
-    ce.advance()
-    value = random.Random(7).randbytes(4096)
-    with Producer(store, epoch_ttl_s=0) as prod:
-        v = prod.write([(("t", 0), [Record(value, b"k", 1234)])])[0]
-    assert v.accepted
-    run_reconcile(store)
-    (l1,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
+    value = random.Random(7).randbytes(4096)  # incompressible, like most payloads
+    ce, v, l1 = one_reconciled_record(store, value)
     data = bytearray(store.get(l1))
     data[bytes(data).find(value[1000:1100]) + 7] ^= 0x04  # bit rot in a data page
     store.put(l1, bytes(data))

@@ -15,29 +15,17 @@ import random
 
 import pytest
 
-from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, GateFailed
 from ctp_state.gc_run import run_gc
-from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
-from ctp_state.producer import Producer
-from ctp_state.read import committed_l1_keys, read_partition
+from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
-from ctp_state.topics import create_topic
 from ctp_state.verify import verify
-from tests.attack.helpers import l0_keys
+from tests.attack.helpers import l0_keys, one_reconciled_record
 
 
 def test_a_flipped_byte_in_an_l1_file_is_refused_and_its_l0_source_kept(store, gate):
-    create_topic(store, "t", 1)
-    ce = ClusterEpoch(store)
-    ce.advance()
     value = random.Random(7).randbytes(4096)  # incompressible, like most payloads
-    with Producer(store, epoch_ttl_s=0) as prod:
-        v = prod.write([(("t", 0), [Record(value, b"k", 1234)])])[0]
-    assert v.accepted
-    run_reconcile(store)
-    (l1,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
+    ce, v, l1 = one_reconciled_record(store, value)
 
     data = bytearray(store.get(l1))
     at = bytes(data).find(value[1000:1100])
