@@ -23,6 +23,11 @@ it. A file beyond LR is left alone, since a live writer may still commit it; if 
 never committed, a later commit moves LR past it and the next sweep collects it. Files
 younger than the grace age, and orphans of partitions not collected this run, are left
 (and W stays before them).
+
+**Full sweeps.** A reconciler whose lease ran out can still write a file after a sweep
+moved W past the file's offsets; an incremental sweep never lists behind W, so such a
+file would stay forever. Once a period (``GcConfig.l1_full_sweep_s``, a day by default)
+a run lists every partition's L1 files from the start and collects those orphans too.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ class SweepInput:
     swept_log_end: int = -1
     committed: tuple[L1Ref, ...] = ()  # the committed files past W, from the partition's state
     collect: bool = True  # delete orphans (False: check only; a reconciler may be writing)
+    full: bool = False  # list from the start, not from W (see "Full sweeps")
+    all_committed: frozenset[str] = frozenset()  # with ``full``: every committed file's key
 
 
 @dataclass
@@ -94,11 +101,11 @@ def _range(key: str) -> tuple[int, int]:
 def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_s: float) -> SweepResult:
     w, lr = inp.swept_through, inp.last_reconciled_offset
     res = SweepResult(inp.topic, inp.partition, w, inp.swept_log_end)
-    if inp.log_end_offset == inp.swept_log_end and w == lr:
+    if not inp.full and inp.log_end_offset == inp.swept_log_end and w == lr:
         res.skipped = True
         return res
     prefix = f"{layout.L1_ROOT}{inp.topic}/{inp.partition:06d}/"
-    start = f"{prefix}{w:020d}-99999999999999999999" if w >= 0 else None
+    start = f"{prefix}{w:020d}-99999999999999999999" if w >= 0 and not inp.full else None
     listed: dict[str, ObjectInfo] = {}
     for info in store.list(prefix, start_after=start):
         if not info.key.endswith(".parquet"):
@@ -118,13 +125,14 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
     new_w = lr
     for key, info in sorted(listed.items(), key=lambda kv: _range(kv[0])):
         first, last = _range(key)
-        if key in committed:
+        if key in committed or key in inp.all_committed:
             continue
         if last > lr:
             res.beyond_lr += 1
         elif not inp.collect or now_s - info.mtime < grace_s:
             res.young += 1
-            new_w = min(new_w, first - 1)  # orphans start at a commit boundary
+            if first > w:  # one behind W waits for the next full sweep; W does not move back
+                new_w = min(new_w, first - 1)  # orphans start at a commit boundary
         else:
             res.orphans.append(info)
     res.swept_through = new_w

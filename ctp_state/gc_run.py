@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -69,10 +70,14 @@ class GcConfig:
     read_threads: int = 32  # partitions whose state is read at once
     history_tail: int = 50
     sweep_topics: tuple[str, ...] | None = None  # collect L1 orphans only in these topics (checks: everywhere)
+    l1_full_sweep_s: float = 86400.0  # list all L1 files once this long after the last full sweep
+    tmp_grace_s: float = 3600.0  # a file store's temporary files older than this are what killed writes left
 
     def __post_init__(self) -> None:
-        if self.grace_s < 0 or self.l1_grace_s < 0:
-            raise ValueError("grace must be >= 0 seconds")
+        if not (0 <= self.grace_s < math.inf and 0 <= self.l1_grace_s < math.inf):
+            raise ValueError("grace must be a number of seconds >= 0")
+        if not (0 <= self.l1_full_sweep_s < math.inf and 0 <= self.tmp_grace_s < math.inf):
+            raise ValueError("the L1 full-sweep period and the temporary-file age must be numbers of seconds >= 0")
         if self.max_deletes is not None and self.max_deletes < 0:
             raise ValueError("max deletes must be >= 0")
         if self.in_flight < 1 or self.list_threads < 1 or self.read_threads < 1:
@@ -247,6 +252,8 @@ class Prepared:
     new_marks: dict[tuple[str, int], tuple[int, int]]
     frames: dict[str, pa.Table]
     history_skipped: list[tuple[int, str]] = field(default_factory=list)
+    full_sweep: bool = False  # this run lists every L1 file (gc_l1 "Full sweeps")
+    last_full_sweep_ms: int | None = None  # when the last completed full sweep started
 
 
 def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
@@ -300,7 +307,9 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
 
     # Every partition's new committed L1 files are checked (their L0 sources may go this
     # run); orphans are collected only where no claim is live (a reconciler may be
-    # writing) and in the topics asked for.
+    # writing) and in the topics asked for. Once a period, every L1 file is listed.
+    last_full = ref.get("l1_full_sweep_ms") if ref else None
+    full = last_full is None or started_ms - last_full >= config.l1_full_sweep_s * 1000
     inputs = []
     for v in views:
         if not v.initialized:
@@ -309,7 +318,8 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
         collect = not any(h.lease_until_ms > started_ms for h in v.holders) and (
             not config.sweep_topics or v.topic in config.sweep_topics)
         inputs.append(gc_l1.SweepInput(v.topic, v.partition, v.last_reconciled_offset, v.log_end_offset, w, log_end,
-                                       v.l1_after(w), collect))
+                                       v.l1_after(w), collect, full,
+                                       frozenset(r.key for r in v.l1_after(-1)) if full else frozenset()))
     on_progress("l1-check", 0, len(inputs))
     sweeps = gc_l1.sweep(store, inputs, now_s=clock(), grace_s=config.l1_grace_s)
     on_progress("l1-check", len(inputs), len(inputs))
@@ -324,7 +334,7 @@ def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
         "l1_files": gc_l1.check_table(sweeps),
     }
     return Prepared(run_id, started_ms, history, last, hw_before, c, views, decision, summary_used, sweeps,
-                    watermarks, new_marks, frames, skipped)
+                    watermarks, new_marks, frames, skipped, full, last_full)
 
 
 def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
@@ -420,7 +430,8 @@ def run_gc(
         "l1_listed": sum(s.listed for s in p.sweeps), "l1_new_files_checked": sum(len(s.new_files) for s in p.sweeps),
         "l1_orphans": len(l1_orphans), "l1_orphan_bytes": sum(o.size for o in l1_orphans),
         "l1_young_skipped": sum(s.young for s in p.sweeps),
-        "l1_partitions_unchanged": sum(1 for s in p.sweeps if s.skipped)}
+        "l1_partitions_unchanged": sum(1 for s in p.sweeps if s.skipped),
+        "l1_full_sweep": p.full_sweep, "l1_full_sweep_ms": p.last_full_sweep_ms}
     try:
         on_progress("list", 0, 1)
         todo, counters = plan_l0_deletes(store, decision.m, now_s=clock(), grace_s=config.grace_s,  # type: ignore[arg-type]
@@ -439,13 +450,19 @@ def run_gc(
                        on_progress=lambda d, t: on_progress("delete", d, t))
         l1_res = delete_objects(store, l1_orphans, in_flight=config.in_flight)
         l1_info.update(l1_orphans_deleted=l1_res.deleted, l1_orphan_bytes_deleted=l1_res.deleted_bytes,
-                       l1_delete_errors=l1_res.delete_errors)
+                       l1_delete_errors=l1_res.delete_errors,
+                       tmp_deleted=store.sweep_temporary(config.tmp_grace_s, clock()))
     except CtpError as e:
-        finish("failed", {**gate_info, **_counts(counters), **l1_info, "error": str(e)}, with_view=False)
-        raise
+        try:
+            finish("failed", {**gate_info, **_counts(counters), **l1_info, "error": str(e)}, with_view=False)
+        except CtpError as err:  # the store is down: the operator needs the first error, not this one
+            log.warning("could not record the failed GC run: %s", err)
+        raise e
     # Keys that still fail after every retry make the run "partial": M stands, the
     # objects are listed again next run. L1 watermarks only move if every orphan went.
     status = "partial" if counters.delete_errors or l1_res.delete_errors else "ok"
+    if p.full_sweep and not l1_res.delete_errors:  # a full sweep counts once every orphan it found went
+        l1_info["l1_full_sweep_ms"] = p.started_ms
     return finish(status, {**gate_info, **_counts(counters), **plan, **l1_info}, with_view=True,
                   marks=p.new_marks if not l1_res.delete_errors else None)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
@@ -115,6 +116,11 @@ class ObjectStore(ABC):
             errors.update(res.errors)
         return DeleteResult(tuple(deleted), errors)
 
+    def sweep_temporary(self, older_than_s: float, now_s: float | None = None) -> int:
+        """Delete what interrupted writes left behind that is older than ``older_than_s``;
+        return how many went. A store whose writes leave nothing behind has nothing to do."""
+        return 0
+
     def close(self) -> None:  # pragma: no cover - default no-op
         pass
 
@@ -193,6 +199,9 @@ class LocalStore(ObjectStore):
                         os.replace(tmp, dst)
                     break
                 except FileNotFoundError:
+                    if not os.path.exists(tmp):  # nothing was written under the key
+                        raise StoreError(f"writing {key!r}: its temporary file was removed before it was linked "
+                                         "(by a temporary-file sweep with a very short age?)") from None
                     # The parent directory is missing, or a concurrent delete pruned it
                     # between makedirs and link: recreate and try again.
                     os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -293,6 +302,27 @@ class LocalStore(ObjectStore):
             deleted.append(key)
             self._prune_dirs(os.path.dirname(path))
         return DeleteResult(tuple(deleted), errors)
+
+    def sweep_temporary(self, older_than_s: float, now_s: float | None = None) -> int:
+        """Temporary files of writes killed between writing and linking (``kill -9``,
+        a machine failure) are never linked: delete those older than ``older_than_s``.
+        A live write holds its temporary file for milliseconds; the GC's default age is
+        an hour. One that goes missing under a live write only fails that write."""
+        now = time.time() if now_s is None else now_s
+        n = 0
+        try:
+            names = os.listdir(self._tmp)
+        except FileNotFoundError:
+            return 0
+        for name in names:
+            path = os.path.join(self._tmp, name)
+            try:
+                if now - os.stat(path).st_mtime >= older_than_s:
+                    os.unlink(path)
+                    n += 1
+            except OSError:  # its write finished meanwhile, another sweep took it, or it is not ours
+                continue
+        return n
 
     def _prune_dirs(self, path: str) -> None:
         while path != self.root and path.startswith(self.root):

@@ -12,7 +12,7 @@ import pytest
 
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import CorruptData, GateFailed
+from ctp_state.errors import CorruptData, GateFailed, StoreError
 from ctp_state.gc_history import GcHistory, partitions_key
 from ctp_state.gc_run import GcConfig, prepare, run_gc
 from ctp_state.l0 import Record
@@ -20,7 +20,7 @@ from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys, read_partition
 from ctp_state.reconcile import run_reconcile
-from ctp_state.store import ObjectStore
+from ctp_state.store import LocalStore, ObjectStore
 from ctp_state.topics import create_topic
 from expectations.gate import GxGate
 from expectations.job import gc_job
@@ -184,6 +184,99 @@ def test_l1_orphans_of_a_crashed_reconciler_are_collected_after_the_grace(store,
     assert_exactly_once(store, "t", sent)
     again = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
     assert again["l1_partitions_unchanged"] == 1 and again["l1_listed"] == 0  # nothing new: no listing
+
+
+def test_an_orphan_written_behind_the_watermark_is_collected_by_the_periodic_full_sweep(store, gate):
+    # A reconciler whose lease ran out writes its file after a GC's sweep moved the
+    # watermark past the file's offsets: incremental sweeps start after the watermark,
+    # so only a full sweep can ever see it.
+    sent = produce_rounds(store, partitions=1, rounds=2, per=10)
+    run_reconcile(store)
+    first = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    assert first["l1_full_sweep"] is True  # no full sweep on record yet
+    late = layout.l1_key("t", 0, 0, 4)  # the lapsed writer's file, behind the watermark
+    (committed,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
+    store.put(late, store.get(committed))
+    sent[0] += produce_rounds(store, partitions=1, rounds=1, per=5, advance=False)[0]  # the log moves
+    incremental = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    assert incremental["l1_full_sweep"] is False and incremental["l1_orphans"] == 0
+    assert store.head(late) is not None
+    # Once the last full sweep is older than the period, the next run lists everything.
+    full = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0, l1_full_sweep_s=0))
+    assert full["l1_full_sweep"] is True and full["l1_orphans_deleted"] == 1
+    assert store.head(late) is None and store.head(committed) is not None
+    assert_exactly_once(store, "t", sent, all_in_l1=False)
+    # The time of the full sweep carries forward: the default period (a day) is not due.
+    after = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    assert after["l1_full_sweep"] is False and after["l1_full_sweep_ms"] == full["l1_full_sweep_ms"]
+
+
+def test_temporary_files_killed_writes_left_are_swept_once_old(store, gate, tmp_path):
+    reconciled(store, rounds=1)
+    if not isinstance(store, LocalStore):  # S3 puts are whole or absent: nothing is left behind
+        assert store.sweep_temporary(0) == 0
+        return
+    tmp = os.path.join(store.root, ".ctp-tmp")
+    old, fresh = os.path.join(tmp, "killed-an-hour-ago"), os.path.join(tmp, "being-written")
+    for path in (old, fresh):
+        with open(path, "wb") as f:
+            f.write(b"x" * 100)
+    os.utime(old, (os.path.getmtime(old) - 7200,) * 2)
+    rec = run_gc(store, gate=gate)
+    assert rec["tmp_deleted"] == 1
+    assert not os.path.exists(old) and os.path.exists(fresh)
+    assert not [o for o in store.list("") if ".ctp-tmp" in o.key]  # never listed as a key
+    # a write whose temporary file a sweep took fails, naming the key; nothing is written
+    real_write = store._write_tmp
+
+    def write_then_swept(data: bytes) -> str:
+        path = real_write(data)
+        os.unlink(path)
+        return path
+
+    store._write_tmp = write_then_swept  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="'probe/x'.*temporary file was removed"):
+        store.put_if_absent("probe/x", b"data")
+    assert store.head("probe/x") is None
+
+
+class EndpointDown(FlakyStore):
+    """Every request fails once the L0 listing started: the endpoint went down."""
+
+    down = False
+
+    def _check(self, what: str) -> None:
+        if self.down:
+            raise StoreError(f"{what}: could not connect to the endpoint")
+
+    def get(self, k):
+        self._check(f"reading {k}")
+        return self.inner.get(k)
+
+    def put_if_absent(self, k, d):
+        self._check(f"writing {k}")
+        return self.inner.put_if_absent(k, d)
+
+    def list(self, prefix="", start_after=None):
+        if prefix.startswith(layout.L0_ROOT):
+            self.down = True
+        self._check(f"listing {prefix}")
+        return self.inner.list(prefix, start_after)
+
+    def list_level(self, prefix):
+        if prefix.startswith(layout.L0_ROOT):
+            self.down = True
+        self._check(f"listing {prefix}")
+        return self.inner.list_level(prefix)
+
+
+def test_an_endpoint_that_goes_down_while_listing_is_reported_as_the_listing(store, gate):
+    reconciled(store)
+    before = l0_keys(store)
+    with pytest.raises(StoreError) as e:
+        run_gc(EndpointDown(store), gate=gate)
+    assert "listing l0/" in str(e.value) and "gc/history" not in str(e.value)  # not the failed record's write
+    assert l0_keys(store) == before
 
 
 def test_unparseable_l0_keys_stop_the_run_and_are_recorded(store, gate):
