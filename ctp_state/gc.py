@@ -8,8 +8,9 @@ its first epoch is not known yet.
 
 Deletion lists each spread prefix of the L0 root (in parallel), in key order, which is
 epoch order, and stops at the first key above M: the cost follows the garbage, not the
-live data. A key that does not parse is never deleted and stops the run before any
-delete. Deletes go out in batches of at most 1000 keys, a few in flight; keys that fail
+live data; one level listing per prefix (an entry per epoch) then looks for keys that
+do not parse behind that point. A key that does not parse is never deleted and stops
+the run before any delete. Deletes go out in batches of at most 1000 keys, a few in flight; keys that fail
 are retried with exponential backoff and counted, never ignored.
 
 This module does not decide *whether* to delete: the GC task runs the Great
@@ -139,7 +140,25 @@ def scan_prefix(store: ObjectStore, prefix: str, m: int) -> tuple[list[tuple[Obj
             above = epoch
             break
         out.append((info, epoch))
+    if above >= 0:
+        check_epoch_dirs(store, prefix)
     return out, listed, above, lowest
+
+
+def check_epoch_dirs(store: ObjectStore, prefix: str) -> None:
+    """The listing stopped at the first live key: a key that does not parse and sorts
+    after it would never be seen. One level listing of the prefix (one entry per epoch)
+    finds any such directory or stray object; a bad name inside a live epoch's
+    directory is found by the listing once that epoch is at or below M."""
+    dirs, stray = store.list_level(prefix)
+    if stray:
+        raise CorruptData(stray[0].key, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0")
+    for d in dirs:
+        name = d[len(prefix):].rstrip("/")
+        if len(name) != 18 or not name.isdigit() or not name.isascii():
+            first = next(iter(store.list(d)), None)
+            raise CorruptData(first.key if first else d,
+                              "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0")
 
 
 def plan_l0_deletes(store: ObjectStore, m: int, *, now_s: float, grace_s: float = 0.0,

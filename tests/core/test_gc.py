@@ -90,6 +90,20 @@ def test_unparseable_keys_stop_the_run_before_any_delete(store):
         plan_l0_deletes(store, 5, now_s=0)
 
 
+def test_an_unparseable_key_behind_the_first_live_key_is_still_reported(store):
+    # 'z' sorts after every digit: the listing stops at the first live key (epoch 9 > M)
+    # and would never reach it. One level listing per prefix sees every epoch directory.
+    put_l0(store, [1, 9], spread=3)
+    for bad in ("l0/003/zzz/x.l0", "l0/003/999999999999999999x/y.l0", "l0/003/stray-file"):
+        store.put(bad, b"")
+        with pytest.raises(CorruptData) as e:
+            plan_l0_deletes(store, 5, now_s=0)
+        assert bad in str(e.value)
+        store.delete_many([bad])
+    todo, c = plan_l0_deletes(store, 5, now_s=0)
+    assert len(todo) == 1 and c.skipped_above_m == 1
+
+
 def test_young_objects_are_skipped_within_the_grace(store):
     put_l0(store, [1, 2])
     todo, c = plan_l0_deletes(store, 5, now_s=10**10, grace_s=60)
