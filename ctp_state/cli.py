@@ -8,6 +8,7 @@ non-zero with a one-line cause on failure.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import sys
@@ -78,7 +79,60 @@ def emit(as_json: bool, data: Any, table: Table | str | None = None) -> None:
         out.print(table)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineErrors(click.Group):
+    """Usage errors (a bad option value, a missing argument) print one line, as every
+    other error does: ``error: Invalid value for '--limit': -1 is not in the range x>=0.``"""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as e:  # --help, --version
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        except click.ClickException as e:
+            click.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+
+
+class _Seconds(click.ParamType):
+    """A finite number >= 0 (no nan, no inf)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not (0 <= f < math.inf):
+            self.fail(f"{value!r} is not a finite number >= 0", param, ctx)
+        return f
+
+
+SECONDS = _Seconds()
+
+
+class _Positive(_Seconds):
+    """A finite number > 0."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        f = super().convert(value, param, ctx)
+        if f == 0:
+            self.fail(f"{value!r} is not > 0", param, ctx)
+        return f
+
+
+POSITIVE = _Positive()
+COUNT = click.IntRange(min=0)
+AT_LEAST_1 = click.IntRange(min=1)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """ctp: epoch-based reconciliation and garbage collection for object-storage topics."""
 
@@ -160,9 +214,9 @@ def _progress() -> Progress:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True), required=False)
 @click.option("--generate", is_flag=True, help="Produce synthetic records instead of reading FILE.")
 @click.option("--topic", "topic_name", help="Topic for --generate.")
-@click.option("--records", type=int, default=10_000, show_default=True, help="Records to generate.")
-@click.option("--value-size", type=int, default=100, show_default=True, help="Bytes per generated value.")
-@click.option("--batch-records", type=int, default=5_000, show_default=True,
+@click.option("--records", type=COUNT, default=10_000, show_default=True, help="Records to generate.")
+@click.option("--value-size", type=COUNT, default=100, show_default=True, help="Bytes per generated value.")
+@click.option("--batch-records", type=AT_LEAST_1, default=5_000, show_default=True,
               help="Records per flush (one L0 object each).")
 @click.option("--seed", type=int, default=None, help="Seed for --generate (repeatable data).")
 @click.option("--producer-id", default=None,
@@ -319,11 +373,11 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
 @click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
 @click.option("--master", default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[*]"), show_default="local[*]",
               help="Spark master.")
-@click.option("--target-file-mb", type=float, default=128.0, show_default=True, help="Target L1 file size.")
-@click.option("--max-mb-per-partition", type=float, default=None, help="Cap per partition per run.")
-@click.option("--idle-lag", type=int, default=2, show_default=True,
+@click.option("--target-file-mb", type=POSITIVE, default=128.0, show_default=True, help="Target L1 file size.")
+@click.option("--max-mb-per-partition", type=POSITIVE, default=None, help="Cap per partition per run.")
+@click.option("--idle-lag", type=AT_LEAST_1, default=2, show_default=True,
               help="Advance idle partitions whose lower bound is this many epochs behind C (R6).")
-@click.option("--claim-wait-seconds", type=float, default=0.0, show_default=True,
+@click.option("--claim-wait-seconds", type=SECONDS, default=0.0, show_default=True,
               help="Wait for claims other reconcilers hold (0: skip those partitions).")
 @command
 def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master: str, target_file_mb: float,
@@ -373,8 +427,8 @@ def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master
 @main.command()
 @click.argument("topic_name")
 @click.argument("partition", type=int)
-@click.option("--from", "from_offset", type=int, default=0, show_default=True, help="First offset.")
-@click.option("--limit", type=int, default=None, help="At most this many records.")
+@click.option("--from", "from_offset", type=COUNT, default=0, show_default=True, help="First offset.")
+@click.option("--limit", type=COUNT, default=None, help="At most this many records.")
 @command
 def read(store: ObjectStore, as_json: bool, topic_name: str, partition: int, from_offset: int,
          limit: int | None) -> None:
@@ -413,9 +467,9 @@ def read(store: ObjectStore, as_json: bool, topic_name: str, partition: int, fro
 
 def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for opt in reversed([
-        click.option("--grace-seconds", type=float, default=0.0, show_default=True,
+        click.option("--grace-seconds", type=SECONDS, default=0.0, show_default=True,
                      help="Leave L0 objects younger than this for the next run."),
-        click.option("--l1-grace-seconds", type=float, default=3600.0, show_default=True,
+        click.option("--l1-grace-seconds", type=SECONDS, default=3600.0, show_default=True,
                      help="Leave uncommitted L1 files younger than this (a reconciler may be writing them)."),
         click.option("--report-dir", type=click.Path(file_okay=False), default=None,
                      help="Where the GX project, Data Docs and the GC summary page go "
@@ -433,16 +487,20 @@ def _gc_config(**kw: Any) -> Any:
 
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Compute M and what would be deleted; delete nothing.")
-@click.option("--max-deletes", type=int, default=None, help="Delete at most this many L0 objects (lowest epochs first).")
-@click.option("--in-flight", type=int, default=4, show_default=True, help="DeleteObjects batches in flight.")
+@click.option("--max-deletes", type=COUNT, default=None, help="Delete at most this many L0 objects (lowest epochs first).")
+@click.option("--in-flight", type=AT_LEAST_1, default=4, show_default=True, help="DeleteObjects batches in flight.")
 @click.option("--publish-report", is_flag=True, help="Also copy the report into the store under reports/gc/.")
 @click.option("--verify", "verify_first", is_flag=True,
               help="Run `ctp verify` first (every checksum and reference; slow); any error stops the GC.")
+@click.option("--l1-full-sweep-hours", type=SECONDS, default=24.0, show_default=True,
+              help="List every L1 file (not only new ones) once this long after the last full sweep.")
+@click.option("--tmp-grace-seconds", type=SECONDS, default=3600.0, show_default=True,
+              help="File store: delete temporary files of killed writes once older than this.")
 @_gc_options
 @command
 def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None, in_flight: int,
-       publish_report: bool, verify_first: bool, grace_seconds: float, l1_grace_seconds: float,
-       report_dir: str | None) -> None:
+       publish_report: bool, verify_first: bool, l1_full_sweep_hours: float, tmp_grace_seconds: float,
+       grace_seconds: float, l1_grace_seconds: float, report_dir: str | None) -> None:
     """Garbage-collect L0 objects with epoch <= M, behind the Great Expectations gate.
 
     Reads C, then every partition; M = min(C - 1, min M(p)); runs the checkpoint (M
@@ -453,7 +511,8 @@ def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None
     from expectations.job import gc_job, report_dir_from_env
 
     config = _gc_config(dry_run=dry_run, grace_s=grace_seconds, l1_grace_s=l1_grace_seconds,
-                        max_deletes=max_deletes, in_flight=in_flight)
+                        max_deletes=max_deletes, in_flight=in_flight, l1_full_sweep_s=l1_full_sweep_hours * 3600,
+                        tmp_grace_s=tmp_grace_seconds)
     if verify_first:
         from ctp_state.verify import verify as run_verify
 
@@ -474,11 +533,8 @@ def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None
     if out.error is not None:
         if as_json:
             emit(True, {"status": "gate_failed", "failures": out.error.failures, "report": out.report})
-        else:
-            for f in out.error.failures:
-                click.echo(f"  failed: {f}", err=True)
-            click.echo(f"report: {out.report}", err=True)
-        raise out.error
+        # One line: every failure is in the report (and in --json).
+        fail(f"{out.error} (report: {out.report})")
     rec = out.record or {}
     if as_json:
         emit(True, {**rec, "report": out.report, "data_docs": out.docs, "published_files": out.published})
@@ -565,9 +621,9 @@ def verify(store: ObjectStore, as_json: bool, topics: tuple[str, ...], no_object
 
 @main.command()
 @click.option("--topic", "topic_name", default="demo", show_default=True)
-@click.option("--partitions", type=int, default=8, show_default=True)
-@click.option("--rounds", type=int, default=4, show_default=True, help="Epoch advances, one flush each.")
-@click.option("--records", type=int, default=20_000, show_default=True, help="Records per round.")
+@click.option("--partitions", type=AT_LEAST_1, default=8, show_default=True)
+@click.option("--rounds", type=AT_LEAST_1, default=4, show_default=True, help="Epoch advances, one flush each.")
+@click.option("--records", type=COUNT, default=20_000, show_default=True, help="Records per round.")
 @click.option("--master", default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[2]"), show_default="local[2]",
               help="Spark master for the reconcile step.")
 @click.option("--no-reconcile", is_flag=True, help="Skip the Spark reconcile step.")

@@ -45,10 +45,17 @@ def _bytes(obj: dict[str, Any], name: str, where: str, required: bool) -> bytes 
     return None
 
 
+def _b64(v: str) -> bytes:
+    try:
+        return base64.b64decode(v, validate=True)
+    except ValueError as e:  # non-ASCII text (a lone surrogate, say) is not base64 either
+        raise binascii.Error(str(e)) from None
+
+
 def _headers(obj: dict[str, Any], where: str) -> tuple[tuple[str, bytes], ...]:
     out: list[tuple[str, bytes]] = []
     for field, decode in (("headers", lambda v: validate.text(v, what="a header value")),
-                          ("headers_b64", lambda v: base64.b64decode(v, validate=True))):
+                          ("headers_b64", _b64)):
         raw = obj.get(field)
         if raw is None:
             continue

@@ -77,6 +77,11 @@ def test_produce_from_a_jsonl_file(subprocess_env, tmp_path):
          "record 2: partition 9 of topic 't' does not exist"),
         (['{"topic":"nope","partition":0,"value":"v"}'], "topic 'nope' does not exist"),
         (['not json'], "in.jsonl:1: not valid JSON"),
+        # a lone surrogate is valid JSON: a text header value is not Unicode, a base64 one not base64
+        (['{"topic":"t","partition":0,"value":"v","headers":{"h":"\\ud800"}}'],
+         "in.jsonl:1: 'headers' value for 'h': a header value is not valid Unicode text"),
+        (['{"topic":"t","partition":0,"value":"v","headers_b64":{"h":"\\ud800"}}'],
+         "in.jsonl:1: 'headers_b64' value for 'h' is not valid base64"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(subprocess_env, store, tmp_path, lines, expect):
@@ -97,6 +102,17 @@ def test_bad_input_is_one_line_and_writes_nothing(subprocess_env, store, tmp_pat
         (["topic", "create", "x", "-p", "0"], "partition count must be an integer in [1, 100000]"),
         (["status", "--topic", "missing"], "topic 'missing' does not exist"),
         (["produce", "--generate", "--topic", "missing"], "topic 'missing' does not exist"),
+        # bad option values: one line naming the option, nothing read or written
+        (["read", "t", "0", "--limit", "-1"], "Invalid value for '--limit': -1 is not in the range x>=0"),
+        (["read", "t", "0", "--from", "-5"], "Invalid value for '--from'"),
+        (["gc", "--grace-seconds", "nan"], "Invalid value for '--grace-seconds': 'nan' is not a finite number >= 0"),
+        (["gc", "--l1-grace-seconds", "inf"], "Invalid value for '--l1-grace-seconds': 'inf' is not a finite"),
+        (["gc", "--tmp-grace-seconds", "-1"], "Invalid value for '--tmp-grace-seconds'"),
+        (["gc", "--max-deletes", "-1"], "Invalid value for '--max-deletes'"),
+        (["validate", "--grace-seconds", "soon"], "'soon' is not a number"),
+        (["reconcile", "--target-file-mb", "0"], "Invalid value for '--target-file-mb': '0' is not > 0"),
+        (["produce", "--generate", "--topic", "t", "--batch-records", "0"], "Invalid value for '--batch-records'"),
+        (["produce"], "give either FILE or --generate"),
     ],
 )
 def test_cli_errors_are_one_line(subprocess_env, store, args, expect):

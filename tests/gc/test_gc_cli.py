@@ -43,7 +43,8 @@ def test_dry_run_gc_and_validate_from_the_command_line(subprocess_env, store, tm
     assert r.returncode == 1 and "FAILED" in r.stdout
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
     r = ctp(env, "gc")
-    assert r.returncode == 1 and "error: GC gate failed, nothing deleted: gc_history:" in r.stderr
+    assert r.returncode == 1 and r.stderr.startswith("error: GC gate failed, nothing deleted: gc_history:")
+    assert r.stderr.count("\n") == 1 and f"report: {tmp_path / 'report' / 'index.html'}" in r.stderr  # one line
     assert "secret" not in r.stderr + r.stdout  # the S3 secret never shows
 
 
