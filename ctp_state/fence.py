@@ -37,7 +37,7 @@ class FenceProbes:
     same_epoch_fences: int = 0
     stale_rejections: int = 0
     last_rejected_gap: int = 0  # how far below the window the last stale epoch was
-    window_size: int = 0  # latest_seen - oldest_accepted after the last fence
+    window_size: int = 0  # epochs in [oldest_accepted, latest_seen] after the last fence (typically 2)
 
 
 class EpochFence:
@@ -127,4 +127,4 @@ class EpochFence:
                 self._cond.notify_all()
 
     def _record_size(self, w: tuple[int, int] | None) -> None:
-        self.probes.window_size = 0 if w is None else w[1] - w[0]
+        self.probes.window_size = 0 if w is None else w[1] - w[0] + 1

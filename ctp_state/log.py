@@ -118,8 +118,11 @@ class PartitionLog:
         return st
 
     def read_state(self) -> sm.PartitionState:
-        """The current state, recovered: from the newest snapshot plus the tail."""
-        return self.catch_up(self.read_snapshot())
+        """The current state, recovered: from the newest snapshot plus the tail, with
+        the fence window collapsed to ``[max_applied_epoch]`` (a process that reads the
+        state is a restart, whether a snapshot covers the newest entry or not; the
+        window is volatile and no verdict depends on it, R2)."""
+        return sm.recover(self.catch_up(self.read_snapshot()))
 
     def entries(self, after: int = -1) -> Iterator[tuple[int, Entry]]:
         """Yield ``(offset, entry)`` for every entry after log offset ``after``."""

@@ -139,4 +139,32 @@ def test_stale_fence_is_refused_with_the_window_and_counted():
     assert e.value.window == (8, 9) and e.value.epoch == 5
     assert fence.probes.stale_rejections == 1 and fence.probes.last_rejected_gap == 3
     with fence.fence(9):
-        assert fence.probes.window_size == 1
+        assert fence.probes.window_size == 2  # [8, 9]: the design's "typical window of 2"
+    fence1, _ = make_fence((9, 9))
+    with fence1.fence(9):
+        assert fence1.probes.window_size == 1
+
+
+def test_a_restart_collapses_the_window_even_when_entries_follow_the_snapshot(store):
+    # Epochs 5 then 6 leave the window [5, 6]. A process that starts afterwards reads
+    # the state as a recovery: the window is [max_applied] = [6, 6], whether a snapshot
+    # covers the newest entry or entries are replayed after it.
+    from ctp_state.epoch import ClusterEpoch
+    from ctp_state.l0 import Record
+    from ctp_state.log import PartitionLog
+    from ctp_state.producer import Producer
+    from ctp_state.topics import create_topic
+
+    create_topic(store, "t", 1)
+    ce = ClusterEpoch(store)
+    log = PartitionLog(store, "t", 0, snapshot_every=10_000)
+    with Producer(store) as prod:
+        e5 = ce.advance()
+        assert prod.write([(("t", 0), [Record(b"a")])], epoch=e5)[0].accepted
+        log.write_snapshot(log.read_state())  # a snapshot covering the entries so far
+        e6 = ce.advance()
+        assert prod.write([(("t", 0), [Record(b"b")])], epoch=e6)[0].accepted
+        assert prod.writer("t", 0).state.window == (e5, e6)  # the live process keeps its window
+    restarted = PartitionLog(store, "t", 0, snapshot_every=10_000).read_state()
+    assert restarted.applied_offset == 2 and restarted.max_applied_epoch == e6
+    assert restarted.window == (e6, e6)
