@@ -31,6 +31,7 @@ import time
 import uuid
 import xml.etree.ElementTree as ET
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import NamedTuple
@@ -89,6 +90,14 @@ class _Server(ThreadingHTTPServer):
             self.proxy._conns.add(request)
             self.proxy.connections += 1
         super().process_request(request, client_address)
+
+    def handle_error(self, request, client_address):  # type: ignore[no-untyped-def]
+        """A client that went away (killed mid-request, or reset by a fault) is no error
+        of the proxy's: no traceback on stderr. Anything else is printed as usual."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
     def shutdown_request(self, request):  # type: ignore[no-untyped-def]
         with self.proxy._lock:
@@ -185,9 +194,10 @@ class S3FaultProxy:
             self._rules.append(rule)
         return rule
 
-    def clear_rules(self) -> None:
+    def clear_rules(self, keep: Callable[[FaultRule], bool] = lambda rule: False) -> None:
+        """Drop every rule (but those ``keep`` is true for)."""
         with self._lock:
-            self._rules.clear()
+            self._rules[:] = [r for r in self._rules if keep(r)]
 
     def _pick(self, method: str, keys: list[str], is_delete: bool) -> tuple[FaultRule | None, str | None]:
         """The rule that fires for this request, counted and logged. The seeded RNG is

@@ -1,0 +1,192 @@
+"""One simulation actor as a long-lived process: ``python -m tests.sim.worker URL SEED KIND``.
+
+It reads one JSON command per line on stdin and answers one JSON line on stdout. It
+keeps its :class:`~ctp_state.producer.Producer` between commands, so a producer
+started with ``KIND=stale`` holds its cluster epoch for an hour, as a producer on a
+machine that missed the advances would. The driver starts it in a session of its own:
+a SIGKILL of the group, or a crash point (``"crash"`` sets ``CTP_FAULT`` for one
+command), takes it down whole, and the driver starts a new one for the next step.
+
+A producer follows the idempotent-producer contract (R8): records whose outcome was
+unknown are re-sent, with the same producer id and sequence, before anything new goes
+to that partition. A new process is a new producer id, so what a killed process left
+unknown stays unknown: at most once.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from ctp_state.errors import CtpError, GateFailed
+from ctp_state.store import open_store
+from tests.sim.model import TOPIC, records
+
+
+def _rows(table: Any) -> list[list[Any]]:
+    import pyarrow as pa
+
+    ms = table.column("timestamp").cast(pa.int64()).to_pylist()
+    out = []
+    for row, ts in zip(table.drop_columns(["timestamp"]).to_pylist(), ms):
+        out.append([row["offset"], _b(row["value"]), _b(row["key"]), ts,
+                    [[h["key"], _b(h["value"])] for h in row["headers"] or []]])
+    return out
+
+
+def _b(v: bytes | None) -> str | None:
+    return None if v is None else base64.b64encode(v).decode()
+
+
+def _answer(v: Any) -> dict[str, Any]:
+    return {"outcome": v.outcome, "base_offset": v.base_offset, "already_written": v.already_written,
+            "reason": v.reason, "error": None if v.error is None else str(v.error)[:300]}
+
+
+class Worker:
+    def __init__(self, url: str, seed: int, kind: str, report_dir: str):
+        self.store = open_store(url)
+        self.seed = seed
+        self.kind = kind
+        self.report_dir = report_dir
+        self._producer: Any = None
+        self.unsettled: dict[int, list[tuple[int, int]]] = {}  # partition -> [(batch, n)] told unknown
+
+    def producer(self) -> Any:
+        from ctp_state.producer import Producer
+
+        if self._producer is None:
+            self._producer = Producer(self.store, epoch_ttl_s=3600.0 if self.kind == "stale" else 0.2,
+                                      append_threads=4)
+        return self._producer
+
+    # --- ops ----------------------------------------------------------------------------
+
+    def produce(self, batch: int, parts: list[list[int]], retry: bool = False) -> dict[str, Any]:
+        told = self._settle([p for p, _ in parts])
+        want = [(p, n) for p, n in parts if p not in self.unsettled]  # still unknown: send nothing new there
+        told += [[batch, p, {"outcome": "rejected", "reason": "not_sent"}] for p, n in parts if p in self.unsettled]
+        told += self._send(batch, want, retry)
+        return {"told": told}
+
+    def resend(self) -> dict[str, Any]:
+        return {"told": self._settle(sorted(self.unsettled))}
+
+    def _settle(self, partitions: list[int]) -> list[list[Any]]:
+        told: list[list[Any]] = []
+        for p in partitions:
+            while self.unsettled.get(p):
+                batch, n = self.unsettled[p][0]
+                answer = self._send(batch, [(p, n)], False)
+                told += answer
+                if answer[0][2]["outcome"] == "unknown":
+                    break
+        return told
+
+    def _send(self, batch: int, parts: list[tuple[int, int]], retry: bool) -> list[list[Any]]:
+        from ctp_state.producer import write_with_retry
+
+        if not parts:
+            return []
+        chunks = [((TOPIC, p), records(self.seed, batch, p, n)) for p, n in parts]
+        if retry:
+            ok, bad = write_with_retry(self.producer(), chunks)
+            verdicts = ok + bad
+        else:
+            verdicts = self.producer().write(chunks)
+        n_of = dict(parts)
+        told = []
+        for v in verdicts:
+            a = _answer(v)
+            q = self.unsettled.setdefault(v.partition, [])
+            entry = (batch, n_of[v.partition])
+            if a["outcome"] == "unknown":
+                if entry not in q:
+                    q.append(entry)
+            elif entry in q:
+                q.remove(entry)
+            if not q:
+                self.unsettled.pop(v.partition, None)
+            told.append([batch, v.partition, a])
+        return told
+
+    def advance(self) -> dict[str, Any]:
+        from ctp_state.epoch import ClusterEpoch
+
+        return {"epoch": ClusterEpoch(self.store).advance()}
+
+    def reconcile(self, lease_ms: int, target_file_bytes: int, claim_wait_s: float = 0.0) -> dict[str, Any]:
+        from ctp_state.reconcile import ReconcileConfig, run_reconcile
+
+        s = run_reconcile(self.store, config=ReconcileConfig(lease_ms=lease_ms, target_file_bytes=target_file_bytes,
+                                                             idle_lag=1, threads=4, claim_wait_s=claim_wait_s))
+        return {"ok": s["ok"], "records": s["records"],
+                "statuses": sorted({p["status"] for p in s["partitions"]}),
+                "problems": [f"{p['partition']}: {p['status']}: {p.get('reason')}" for p in s["partitions"]
+                             if p["status"] in ("quarantined", "fenced", "error", "claim_held")][:5]}
+
+    def gc(self, l1_grace_s: float, max_deletes: int | None, full: bool = False) -> dict[str, Any]:
+        from ctp_state.gc_run import GcConfig, run_gc
+        from expectations.gate import GxGate
+
+        try:
+            rec = run_gc(self.store, gate=GxGate(self.report_dir, store_url=self.store.url),
+                         config=GcConfig(l1_grace_s=l1_grace_s, max_deletes=max_deletes, list_threads=4,
+                                         read_threads=8,
+                                         # quiesce: nothing runs, so every leftover is garbage now
+                                         **({"l1_full_sweep_s": 0.0, "tmp_grace_s": 0.0} if full else {})))
+        except GateFailed as e:
+            return {"gate_failed": e.failures}
+        return {"status": rec["status"], "m": rec.get("m"), "deleted": rec.get("deleted", 0),
+                "l1_orphans": rec.get("l1_orphans", 0)}
+
+    def read(self, partition: int) -> dict[str, Any]:
+        from ctp_state.read import read_partition
+
+        return {"rows": _rows(read_partition(self.store, TOPIC, partition))}
+
+    def handle(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        op, args = cmd["op"], cmd.get("args", {})
+        if cmd.get("crash"):
+            os.environ["CTP_FAULT"] = cmd["crash"]
+        try:
+            if op == "produce":
+                return self.produce(args["batch"], args["parts"], args.get("retry", False))
+            if op == "resend":
+                return self.resend()
+            if op == "advance":
+                return self.advance()
+            if op == "reconcile":
+                return self.reconcile(args["lease_ms"], args["target_file_bytes"], args.get("claim_wait_s", 0.0))
+            if op == "gc":
+                return self.gc(args["l1_grace_s"], args.get("max_deletes"), args.get("full", False))
+            if op == "read":
+                return self.read(args["partition"])
+            raise ValueError(f"unknown op {op!r}")
+        except (CtpError, OSError) as e:
+            return {"error": f"{type(e).__name__}: {e}"[:500]}
+        finally:
+            os.environ.pop("CTP_FAULT", None)
+
+
+def main() -> None:
+    url, seed, kind, report_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    w = Worker(url, seed, kind, report_dir)
+    out = sys.stdout
+    sys.stdout = sys.stderr  # anything else printed goes to the log, not the protocol
+    print(json.dumps({"ready": os.getpid()}), file=out, flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        try:
+            reply = w.handle(cmd)
+        except Exception as e:  # a bug: report it as such, with the traceback
+            reply = {"crashed": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+        print(json.dumps({"step": cmd.get("n"), **reply}), file=out, flush=True)
+
+
+if __name__ == "__main__":
+    main()
