@@ -2,6 +2,7 @@
 
     python benchmarks/bench_gc.py [--live 1000,10000,100000] [--garbage 1000]
                                   [--partitions 1000,10000] [--delete-objects 5000] [--s3]
+                                  [--only growth|delete|m|throttle] [--throttle-objects 5000]
 
 - growth: GC wall time with a fixed amount of L0 garbage while the live L0 objects (above
   M) grow, next to a delta-rs vacuum in full mode (``full=True``: it lists the whole
@@ -12,6 +13,9 @@
 - delete: ctp's deleter (batches of 1000, 4 in flight, retries) against the store's raw
   batched delete (1000-key requests one after another) on the same objects; local
   filesystem, and S3 through a moto server with ``--s3``.
+- throttle (with ``--s3``): L0 list+delete through a proxy in front of the moto server,
+  clean and with 30% of requests answered 503 SlowDown: objects/s side by side; the
+  deleter and lister back off per spread prefix (AIMD) and finish.
 - m: computing M (C, every partition's state, R4/R7) at 1k and 10k partitions, from the
   state logs and from a reconcile summary.
 """
@@ -141,14 +145,46 @@ def bench_delete(store_of, n: int, label: str) -> dict:
             for i in range(0, n, 1000):
                 deleted += len(store._delete_batch(keys[i:i + 1000]).deleted)
         else:
-            todo, c = plan_l0_deletes(store, 1, now_s=time.time())
+            bulk = store.bulk()  # as the GC deletes: its own pacing, no retries underneath
+            todo, c = plan_l0_deletes(store, 1, now_s=time.time(), bulk=bulk)
             t0 = time.perf_counter()  # the deleter alone, as the raw loop is
-            deleted = delete_objects(store, todo, counters=c).deleted
+            deleted = delete_objects(bulk, todo, counters=c).deleted
         took = time.perf_counter() - t0
         assert deleted == n, (mode, deleted)
         res[f"{mode}_objects_per_s"] = round(n / took)
     res["ratio_ctp_over_raw"] = round(res["ctp_objects_per_s"] / res["raw_objects_per_s"], 2)
     return {"store": label, "objects": n, **res}
+
+
+def bench_throttle(server, n: int, probability: float = 0.3) -> dict:
+    """L0 list+delete on S3 (moto server behind the fault proxy), clean and with
+    ``probability`` of every request answered 503 SlowDown, same objects, same run."""
+    from tests.s3_fault_proxy import S3FaultProxy
+
+    res: dict = {"objects": n, "throttle_probability": probability}
+    for mode in ("clean", "throttled"):
+        bucket = server.new_bucket()
+        direct = open_store(f"s3://{bucket}/bench", server.env)
+        _fill(direct, [layout.l0_key(i % SPREAD, 1 + i % 3, f"t{i}") for i in range(n)])
+        with S3FaultProxy(server.endpoint, seed=7) as proxy:
+            if mode == "throttled":
+                proxy.add_rule("slowdown_503", probability=probability)
+            store = open_store(f"s3://{bucket}/bench", {**server.env, "CTP_S3_ENDPOINT_URL": proxy.endpoint})
+            bulk = store.bulk()
+            t0 = time.perf_counter()
+            todo, c = plan_l0_deletes(store, 3, now_s=time.time(), bulk=bulk)
+            delete_objects(bulk, todo, counters=c)
+            took = time.perf_counter() - t0
+            bulk.close()
+            assert (c.deleted, c.delete_errors) == (n, 0), (mode, c.deleted, c.delete_errors)
+            assert not list(direct.list(layout.L0_ROOT))
+            res[mode] = {"objects_per_s": round(n / took), "seconds": round(took, 2),
+                         "requests": proxy.requests, "throttled_responses": proxy.injected["slowdown_503"],
+                         "list_retries": c.list_retries, "delete_retries": c.delete_retries,
+                         "lowest_delete_limit": round(c.lowest_limit, 2)}
+    res["ratio_throttled_over_clean"] = round(res["throttled"]["objects_per_s"] / res["clean"]["objects_per_s"], 2)
+    print(json.dumps({"throttle": res}), file=sys.stderr)
+    return res
 
 
 def bench_m(counts: list[int]) -> list[dict]:
@@ -183,28 +219,38 @@ def main() -> None:
     ap.add_argument("--partitions", default="1000,10000")
     ap.add_argument("--delete-objects", type=int, default=5000)
     ap.add_argument("--s3", action="store_true", help="also measure deletes on S3 through a moto server")
+    ap.add_argument("--throttle-objects", type=int, default=5000, help="objects for the S3 throttling run")
+    ap.add_argument("--only", choices=["growth", "delete", "m", "throttle"], default=None,
+                    help="run one section (throttle implies --s3)")
     args = ap.parse_args()
     os.environ.setdefault("CTP_FSYNC", "0")
+    want = {args.only} if args.only else {"growth", "delete", "m"} | ({"throttle"} if args.s3 else set())
     result: dict = {"machine": {"cpus": os.cpu_count()}}
-    result["growth"] = bench_growth([int(x) for x in args.live.split(",")], args.garbage)
-    base = tempfile.mkdtemp(prefix="ctp-bench-del-")
-    try:
-        result["delete"] = [bench_delete(lambda: LocalStore(os.path.join(base, uuid.uuid4().hex), fsync=False),
-                                         args.delete_objects, "file")]
-        if args.s3:
-            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-            from tests.conftest import MotoServer
+    if "growth" in want:
+        result["growth"] = bench_growth([int(x) for x in args.live.split(",")], args.garbage)
+    if "delete" in want:
+        base = tempfile.mkdtemp(prefix="ctp-bench-del-")
+        try:
+            result["delete"] = [bench_delete(lambda: LocalStore(os.path.join(base, uuid.uuid4().hex), fsync=False),
+                                             args.delete_objects, "file")]
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+    if args.s3 or "throttle" in want:
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+        from tests.conftest import MotoServer
 
-            server = MotoServer()
-            try:
+        server = MotoServer()
+        try:
+            if "delete" in want and args.s3:
                 result["delete"].append(bench_delete(
                     lambda: open_store(f"s3://{server.new_bucket()}/bench", server.env),
                     min(args.delete_objects, 3000), "s3 (moto server)"))
-            finally:
-                server.stop()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    result["m"] = bench_m([int(x) for x in args.partitions.split(",")])
+            if "throttle" in want:
+                result["throttle"] = bench_throttle(server, args.throttle_objects)
+        finally:
+            server.stop()
+    if "m" in want:
+        result["m"] = bench_m([int(x) for x in args.partitions.split(",")])
     print(json.dumps(result, indent=1))
 
 

@@ -65,7 +65,12 @@ class PartitionNotFound(CtpError):
 
 
 class StoreError(CtpError):
-    """An object-store request failed in a way a retry did not fix."""
+    """An object-store request failed in a way a retry did not fix. ``code`` is the
+    store's error code (``SlowDown``, ``500``, ...) when it gave one."""
+
+    def __init__(self, message: str, code: str = ""):
+        super().__init__(message)
+        self.code = code
 
 
 class ObjectNotFound(StoreError):

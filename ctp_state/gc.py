@@ -10,8 +10,10 @@ Deletion lists each spread prefix of the L0 root (in parallel), in key order, wh
 epoch order, and stops at the first key above M: the cost follows the garbage, not the
 live data; one level listing per prefix (an entry per epoch) then looks for keys that
 do not parse behind that point. A key that does not parse is never deleted and stops
-the run before any delete. Deletes go out in batches of at most 1000 keys, a few in flight; keys that fail
-are retried with exponential backoff and counted, never ignored.
+the run before any delete. Deletes go out in batches of at most 1000 keys, a few in
+flight; a store that throttles gets fewer requests per spread prefix (AIMD,
+:mod:`ctp_state.throttle`), not just the same requests again; keys that fail are
+retried with exponential backoff and counted, never ignored.
 
 This module does not decide *whether* to delete: the GC task runs the Great
 Expectations checkpoint first (monotonic M and the other invariants) and only then
@@ -22,14 +24,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ctp_state import faults, layout
 from ctp_state import state as sm
-from ctp_state.errors import CorruptData
-from ctp_state.store import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
+from ctp_state.errors import CorruptData, ObjectNotFound, StoreError
+from ctp_state.store import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, ObjectStore
+from ctp_state.throttle import Aimd, Ticket, is_throttle
 
 # --- M (R4) and who holds it back (R7) ---------------------------------------------------
 
@@ -114,6 +118,9 @@ class GcCounters:
     list_errors: int = 0
     delete_errors: int = 0  # keys still failing after every retry
     delete_retries: int = 0
+    list_retries: int = 0
+    throttled: int = 0  # throttled responses (503 SlowDown and the like) to listing and deletes
+    lowest_limit: float = 0.0  # the lowest per-prefix delete concurrency AIMD went down to (0: no deletes)
     min_epoch_seen: int | None = None
     max_epoch_seen: int | None = None
     failed_keys: dict[str, str] = field(default_factory=dict)
@@ -123,26 +130,79 @@ class GcCounters:
         self.max_epoch_seen = epoch if self.max_epoch_seen is None else max(self.max_epoch_seen, epoch)
 
 
-def scan_prefix(store: ObjectStore, prefix: str, m: int) -> tuple[list[tuple[ObjectInfo, int]], int, int, int]:
+@dataclass
+class Scan:
+    """What listing one spread prefix found."""
+
+    candidates: list[tuple[ObjectInfo, int]] = field(default_factory=list)  # (object, epoch) at or below M
+    listed: int = 0
+    above: int = -1  # first epoch above M, -1 if none
+    lowest: int = -1  # lowest epoch seen, -1 if none
+    retries: int = 0  # listings resumed after a throttle or a transient error
+    throttled: int = 0
+
+
+def backoff_delay(attempt: int, base_s: float, cap_s: float) -> float:
+    """Exponential backoff: ``base_s * 2**attempt``, at most ``cap_s``."""
+    return min(cap_s, base_s * (2 ** attempt))
+
+
+def scan_prefix(store: ObjectStore, prefix: str, m: int, *, lister: ObjectStore | None = None,
+                limiter: Aimd | None = None,
+                max_attempts: int = 10, throttle_attempts: int = 60, backoff_s: float = 0.1,
+                max_backoff_s: float = 2.0, sleep: Callable[[float], None] = time.sleep) -> Scan:
     """List one spread prefix in epoch order up to M.
 
-    Returns ((object, epoch) candidates, listed, first epoch above M or -1, min epoch
-    seen or -1). Raises :class:`CorruptData` naming the first key that does not parse.
+    A listing that fails part way (a throttle, a reset connection) resumes after the
+    last key it returned; a throttle paces this prefix through ``limiter`` (listing a
+    prefix is sequential, page after page, so slowing down means waiting longer between
+    requests), other errors back off exponentially. Raises :class:`CorruptData` naming
+    the first key that does not parse, :class:`StoreError` once retries are spent.
+    ``lister`` (default ``store``) is the view the listing goes through
+    (:meth:`ObjectStore.bulk`).
     """
-    out: list[tuple[ObjectInfo, int]] = []
-    listed = 0
-    above = lowest = -1
-    for info in store.list(prefix):
-        listed += 1
-        _, epoch = layout.parse_l0_key(info.key)
-        lowest = epoch if lowest < 0 else lowest
-        if epoch > m:
-            above = epoch
-            break
-        out.append((info, epoch))
-    if above >= 0:
+    limiter = limiter or Aimd(1)
+    lister = lister or store
+    scan = Scan()
+    last: str | None = None
+    errors = 0
+    while True:
+        ticket = limiter.acquire(prefix)
+        try:
+            for info in lister.list(prefix, start_after=last):
+                scan.listed += 1
+                last = info.key
+                _, epoch = layout.parse_l0_key(info.key)
+                scan.lowest = epoch if scan.lowest < 0 else scan.lowest
+                if epoch > m:
+                    scan.above = epoch
+                    break
+                scan.candidates.append((info, epoch))
+        except StoreError as e:
+            if isinstance(e, ObjectNotFound):
+                limiter.release(ticket)
+                raise
+            scan.retries += 1
+            if is_throttle(e.code):
+                limiter.throttled(ticket)
+                scan.throttled += 1
+                if scan.throttled >= throttle_attempts:
+                    raise
+            else:
+                limiter.release(ticket)
+                errors += 1
+                if errors >= max_attempts:
+                    raise
+                sleep(backoff_delay(errors - 1, backoff_s, max_backoff_s))
+            continue
+        except BaseException:
+            limiter.release(ticket)
+            raise
+        limiter.success(ticket)
+        break
+    if scan.above >= 0:
         check_epoch_dirs(store, prefix)
-    return out, listed, above, lowest
+    return scan
 
 
 def check_epoch_dirs(store: ObjectStore, prefix: str) -> None:
@@ -162,27 +222,32 @@ def check_epoch_dirs(store: ObjectStore, prefix: str) -> None:
 
 
 def plan_l0_deletes(store: ObjectStore, m: int, *, now_s: float, grace_s: float = 0.0,
-                    threads: int = 8, counters: GcCounters | None = None) -> tuple[list[ObjectInfo], GcCounters]:
+                    threads: int = 8, counters: GcCounters | None = None,
+                    bulk: ObjectStore | None = None) -> tuple[list[ObjectInfo], GcCounters]:
     """Everything under the L0 root with epoch <= ``m`` and older than ``grace_s``.
 
     Listing happens before any delete, so an unparseable key stops the run with nothing
-    deleted.
+    deleted. ``bulk`` (default ``store``) is the view the per-prefix listings go
+    through (:meth:`ObjectStore.bulk`).
     """
     c = counters or GcCounters()
     prefixes, stray = store.list_level(layout.L0_ROOT)
     if stray:
         raise CorruptData(stray[0].key, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0")
+    limiter = Aimd(1)
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(prefixes) or 1))) as pool:
-        scans = list(pool.map(lambda p: scan_prefix(store, p, m), prefixes))
+        scans = list(pool.map(lambda p: scan_prefix(store, p, m, lister=bulk, limiter=limiter), prefixes))
     todo: list[ObjectInfo] = []
-    for candidates, listed, above, lowest in scans:
-        c.listed += listed
-        if lowest >= 0:
-            c.see(lowest)
-        if above >= 0:
+    for scan in scans:
+        c.listed += scan.listed
+        c.list_retries += scan.retries
+        c.throttled += scan.throttled
+        if scan.lowest >= 0:
+            c.see(scan.lowest)
+        if scan.above >= 0:
             c.skipped_above_m += 1
-            c.see(above)
-        for info, epoch in candidates:
+            c.see(scan.above)
+        for info, epoch in scan.candidates:
             c.see(epoch)
             if grace_s and now_s - info.mtime < grace_s:
                 c.skipped_too_young += 1
@@ -191,50 +256,139 @@ def plan_l0_deletes(store: ObjectStore, m: int, *, now_s: float, grace_s: float 
     return todo, c
 
 
+def spread_of(key: str) -> str:
+    """The prefix a store throttles ``key`` under: its spread prefix for an L0 key
+    (``l0/<spread>/``), else its parent directory."""
+    if key.startswith(layout.L0_ROOT):
+        cut = key.find("/", len(layout.L0_ROOT))
+        if cut > 0:
+            return key[:cut + 1]
+    return key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+
+
+@dataclass
+class _Job:
+    keys: list[str]
+    index: int  # the batch it started as
+    errors: int = 0  # failed attempts that were not throttles
+    throttles: int = 0
+    not_before: float = 0.0
+
+
 def delete_objects(
     store: ObjectStore,
     objects: Sequence[ObjectInfo],
     *,
     counters: GcCounters | None = None,
     in_flight: int = 4,
-    max_attempts: int = 5,
-    backoff_s: float = 0.2,
-    sleep: Callable[[float], None] = time.sleep,
+    max_attempts: int = 10,
+    throttle_attempts: int = 60,
+    backoff_s: float = 0.1,
+    max_backoff_s: float = 2.0,
+    limiter: Aimd | None = None,
+    clock: Callable[[], float] = time.monotonic,
     on_progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> GcCounters:
-    """Delete ``objects`` in batches of at most 1000, ``in_flight`` batches at a time;
-    retry failing keys with exponential backoff; count what still fails."""
+    """Delete ``objects`` in batches of at most 1000 keys, up to ``in_flight`` batches at
+    a time, with adaptive concurrency per spread prefix.
+
+    Keys are batched in spread-prefix order, so a batch touches few prefixes. A batch
+    goes out only when each of its prefixes has room under ``limiter`` (AIMD: a throttle
+    halves the prefix's limit, successes grow it back by one per round trip). Throttled
+    keys go back in the queue (up to ``throttle_attempts`` times); keys failing
+    otherwise are retried with exponential backoff up to ``max_attempts`` attempts; what
+    still fails is counted in ``delete_errors`` and ``failed_keys``, never ignored.
+    """
     c = counters or GcCounters()
     sizes = {o.key: o.size for o in objects}
-    batches = [list(sizes)[i:i + MAX_DELETE_BATCH] for i in range(0, len(sizes), MAX_DELETE_BATCH)]
-    lock = threading.Lock()
+    ordered = sorted(sizes, key=spread_of)  # stable: keeps listing order inside a prefix
+    queue: deque[_Job] = deque(
+        _Job(ordered[i:i + MAX_DELETE_BATCH], n) for n, i in enumerate(range(0, len(ordered), MAX_DELETE_BATCH)))
+    limiter = limiter or Aimd(max(1, in_flight))
+    cond = threading.Condition()
+    active = [0]
     done = [0]
 
-    def run(job: tuple[int, list[str]]) -> None:
-        index, batch = job
-        pending = batch
-        for attempt in range(max_attempts):
-            res = store.delete_many(pending)
-            with lock:
-                for key in res.deleted:
-                    c.deleted += 1
-                    c.deleted_bytes += sizes[key]
-            if not res.errors:
-                break
-            pending = list(res.errors)
-            if attempt + 1 == max_attempts:
-                with lock:
-                    c.delete_errors += len(res.errors)
-                    c.failed_keys.update(res.errors)
-                break
-            with lock:
-                c.delete_retries += len(pending)
-            sleep(backoff_s * (2 ** attempt))
-        with lock:
-            done[0] += len(batch)
-            on_progress(done[0], len(sizes))
-        faults.hit("gc_after_delete_batch", index)
+    def take() -> tuple[_Job, list[Ticket]] | None:
+        """The first queued job that may go now (caller holds ``cond``); waits if none."""
+        while True:
+            if not queue and not active[0]:
+                return None
+            now = clock()
+            for i, job in enumerate(queue):
+                if job.not_before > now:
+                    continue
+                tickets = limiter.try_acquire_all(sorted({spread_of(k) for k in job.keys}))
+                if tickets is not None:
+                    del queue[i]
+                    active[0] += 1
+                    return job, tickets
+            cond.wait(0.02)  # a finishing job notifies; pacing and backoff end by the clock
+
+    def settle(job: _Job, tickets: list[Ticket], res: DeleteResult) -> None:
+        throttled = {k: code for k, code in res.errors.items() if is_throttle(code)}
+        failed = {k: code for k, code in res.errors.items() if k not in throttled}
+        hot = {spread_of(k) for k in throttled}
+        for t in tickets:
+            if t.key in hot:
+                limiter.throttled(t)
+            elif res.deleted:
+                limiter.success(t)
+            else:
+                limiter.release(t)
+        now = clock()
+        with cond:
+            for key in res.deleted:
+                c.deleted += 1
+                c.deleted_bytes += sizes[key]
+            finished = len(res.deleted)
+            if throttled:
+                c.throttled += 1
+                if job.throttles + 1 >= throttle_attempts:
+                    c.delete_errors += len(throttled)
+                    c.failed_keys.update(throttled)
+                    finished += len(throttled)
+                else:
+                    c.delete_retries += len(throttled)
+                    queue.append(_Job(list(throttled), job.index, job.errors, job.throttles + 1, now))
+            if failed:
+                if job.errors + 1 >= max_attempts:
+                    c.delete_errors += len(failed)
+                    c.failed_keys.update(failed)
+                    finished += len(failed)
+                else:
+                    c.delete_retries += len(failed)
+                    queue.append(_Job(list(failed), job.index, job.errors + 1, job.throttles,
+                                      now + backoff_delay(job.errors, backoff_s, max_backoff_s)))
+            active[0] -= 1
+            done[0] += finished
+            if finished:
+                on_progress(done[0], len(sizes))
+            cond.notify_all()
+
+    def worker() -> None:
+        while True:
+            with cond:
+                picked = take()
+            if picked is None:
+                return
+            job, tickets = picked
+            try:
+                res = store.delete_many(job.keys)  # at most 1000 keys: one request
+            except BaseException:
+                for t in tickets:
+                    limiter.release(t)
+                with cond:
+                    active[0] -= 1
+                    queue.clear()  # the other workers stop too
+                    cond.notify_all()
+                raise
+            settle(job, tickets, res)
+            if not (job.errors or job.throttles):
+                faults.hit("gc_after_delete_batch", job.index)
 
     with ThreadPoolExecutor(max_workers=max(1, in_flight)) as pool:
-        list(pool.map(run, enumerate(batches)))
+        for f in [pool.submit(worker) for _ in range(max(1, in_flight))]:
+            f.result()
+    c.lowest_limit = min(c.lowest_limit, limiter.lowest) if c.lowest_limit else limiter.lowest
     return c

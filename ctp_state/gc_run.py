@@ -432,10 +432,11 @@ def run_gc(
         "l1_young_skipped": sum(s.young for s in p.sweeps),
         "l1_partitions_unchanged": sum(1 for s in p.sweeps if s.skipped),
         "l1_full_sweep": p.full_sweep, "l1_full_sweep_ms": p.last_full_sweep_ms}
+    bulk = store.bulk()  # listing and deletes pace themselves (AIMD per spread prefix)
     try:
         on_progress("list", 0, 1)
         todo, counters = plan_l0_deletes(store, decision.m, now_s=clock(), grace_s=config.grace_s,  # type: ignore[arg-type]
-                                         threads=config.list_threads, counters=counters)
+                                         threads=config.list_threads, counters=counters, bulk=bulk)
         on_progress("list", 1, 1)
         limited = 0
         if config.max_deletes is not None and len(todo) > config.max_deletes:
@@ -446,9 +447,9 @@ def run_gc(
                 "skipped_max_deletes": limited}
         if config.dry_run:
             return finish("dry_run", {**gate_info, **_counts(counters), **plan, **l1_info}, with_view=True)
-        delete_objects(store, todo, counters=counters, in_flight=config.in_flight,
+        delete_objects(bulk, todo, counters=counters, in_flight=config.in_flight,
                        on_progress=lambda d, t: on_progress("delete", d, t))
-        l1_res = delete_objects(store, l1_orphans, in_flight=config.in_flight)
+        l1_res = delete_objects(bulk, l1_orphans, in_flight=config.in_flight)
         l1_info.update(l1_orphans_deleted=l1_res.deleted, l1_orphan_bytes_deleted=l1_res.deleted_bytes,
                        l1_delete_errors=l1_res.delete_errors,
                        tmp_deleted=store.sweep_temporary(config.tmp_grace_s, clock()))
@@ -458,6 +459,9 @@ def run_gc(
         except CtpError as err:  # the store is down: the operator needs the first error, not this one
             log.warning("could not record the failed GC run: %s", err)
         raise e
+    finally:
+        if bulk is not store:
+            bulk.close()
     # Keys that still fail after every retry make the run "partial": M stands, the
     # objects are listed again next run. L1 watermarks only move if every orphan went.
     status = "partial" if counters.delete_errors or l1_res.delete_errors else "ok"
@@ -488,5 +492,6 @@ def _counts(c: GcCounters) -> dict[str, Any]:
     return {"listed": c.listed, "deleted": c.deleted, "deleted_bytes": c.deleted_bytes,
             "skipped_above_m": c.skipped_above_m, "skipped_too_young": c.skipped_too_young,
             "list_errors": c.list_errors, "delete_errors": c.delete_errors, "delete_retries": c.delete_retries,
+            "list_retries": c.list_retries, "throttled": c.throttled, "lowest_delete_limit": round(c.lowest_limit, 2),
             "min_epoch_seen": c.min_epoch_seen, "max_epoch_seen": c.max_epoch_seen,
             "failed_keys": dict(list(c.failed_keys.items())[:20])}

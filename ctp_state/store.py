@@ -121,6 +121,13 @@ class ObjectStore(ABC):
         return how many went. A store whose writes leave nothing behind has nothing to do."""
         return 0
 
+    def bulk(self) -> ObjectStore:
+        """This store for a caller that paces itself (the GC's lister and deleter): its
+        requests fail on the first throttle or transient error, with the error's code,
+        instead of being retried underneath, so the caller can back off per prefix
+        (:mod:`ctp_state.throttle`). Close it when done if it is not ``self``."""
+        return self
+
     def close(self) -> None:  # pragma: no cover - default no-op
         pass
 
@@ -342,11 +349,12 @@ class S3Store(ObjectStore):
     """A store under ``s3://bucket/prefix`` through boto3: AWS S3, MinIO, or any server
     that honours ``If-None-Match: *`` on PUT (all three do)."""
 
-    def __init__(self, bucket: str, prefix: str, client: Any):
+    def __init__(self, bucket: str, prefix: str, client: Any, settings: S3Settings | None = None):
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = f"s3://{bucket}/{self.prefix}"
         self._s3 = client
+        self._settings = settings
         from botocore.exceptions import BotoCoreError, ClientError
 
         # Connection failures (BotoCoreError) become StoreError just like HTTP errors.
@@ -362,7 +370,8 @@ class S3Store(ObjectStore):
         )
 
     def _fail(self, op: str, key: str, err: Exception) -> StoreError:
-        return StoreError(f"S3 {op} of {key!r} in {self.url} failed: {self._code(err) or err}")
+        code = self._code(err)
+        return StoreError(f"S3 {op} of {key!r} in {self.url} failed: {code or err}", code)
 
     def get(self, key: str) -> bytes:
         try:
@@ -465,6 +474,11 @@ class S3Store(ObjectStore):
         errors = {e["Key"][n:]: e.get("Code", "error") for e in resp.get("Errors", ())}
         return DeleteResult(tuple(k for k in keys if k not in errors), errors)
 
+    def bulk(self) -> ObjectStore:
+        if self._settings is None:
+            return self
+        return S3Store(self.bucket, self.prefix, self._settings.client(max_attempts=1))
+
     def close(self) -> None:
         self._s3.close()
 
@@ -511,7 +525,7 @@ class S3Settings:
             max_attempts=max_attempts,
         )
 
-    def client(self) -> Any:
+    def client(self, max_attempts: int | None = None) -> Any:
         import boto3
         from botocore.config import Config
 
@@ -520,7 +534,7 @@ class S3Settings:
             # exponential backoff and jitter.
             # total_max_attempts counts the first attempt too (botocore's max_attempts
             # counts only the retries).
-            retries={"mode": "standard", "total_max_attempts": self.max_attempts},
+            retries={"mode": "standard", "total_max_attempts": max_attempts or self.max_attempts},
             max_pool_connections=self.max_pool_connections,
             s3={"addressing_style": "path"} if self.endpoint_url else None,
         )
@@ -570,7 +584,8 @@ def open_store(url: str, env: Mapping[str, str] | None = None) -> ObjectStore:
             )
         if not parsed.netloc:
             raise ConfigError(f"S3 store URL must be s3://bucket/prefix, got {url!r}")
-        return S3Store(parsed.netloc, parsed.path, S3Settings.from_env(env).client())
+        settings = S3Settings.from_env(env)
+        return S3Store(parsed.netloc, parsed.path, settings.client(), settings)
     raise ConfigError(
         f"unsupported store URL {redact_url(url)!r}: use file:///absolute/path or s3://bucket/prefix"
     )

@@ -11,7 +11,7 @@ from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Claim, Init, Placeholder
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData
-from ctp_state.gc import compute_m, delete_objects, plan_l0_deletes
+from ctp_state.gc import backoff_delay, compute_m, delete_objects, plan_l0_deletes
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.status import read_states, select_topics
@@ -160,13 +160,16 @@ def test_throttling_is_retried_with_backoff_and_failures_are_counted(store):
     keys = put_l0(store, list(range(1, 31)))
     flaky = FlakyStore(store, throttle=2, broken=frozenset(keys[:2]))
     todo, c = plan_l0_deletes(flaky, 100, now_s=0)
-    sleeps: list[float] = []
-    delete_objects(flaky, todo, counters=c, sleep=sleeps.append, max_attempts=5)
+    delete_objects(flaky, todo, counters=c, max_attempts=3, backoff_s=0.01)
     assert c.deleted == 28 and c.delete_errors == 2
     assert set(c.failed_keys) == set(keys[:2]) and set(c.failed_keys.values()) == {"AccessDenied"}
-    assert sleeps[:3] == [0.2, 0.4, 0.8]  # exponential backoff
-    assert c.delete_retries >= 30 + 30  # two throttled rounds of every key
+    assert c.throttled == 2  # two throttled requests, each answered by backing off
+    assert c.delete_retries == 30 + 30 + 2 * 2  # two throttled rounds of every key, two retries of the broken ones
     assert {o.key for o in store.list(layout.L0_ROOT)} == set(keys[:2])  # nothing else survived
+
+
+def test_backoff_doubles_up_to_its_cap():
+    assert [backoff_delay(a, 0.2, 1.0) for a in range(5)] == [0.2, 0.4, 0.8, 1.0, 1.0]
 
 
 def test_partitions_at_c_minus_1_are_not_reported_as_holding_m_back():
