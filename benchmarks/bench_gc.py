@@ -179,7 +179,7 @@ def bench_throttle(server, n: int, probability: float = 0.3) -> dict:
             assert (c.deleted, c.delete_errors) == (n, 0), (mode, c.deleted, c.delete_errors)
             assert not list(direct.list(layout.L0_ROOT))
             res[mode] = {"objects_per_s": round(n / took), "seconds": round(took, 2),
-                         "requests": proxy.requests, "throttled_responses": proxy.injected["slowdown_503"],
+                         "requests_served": proxy.requests, "throttled_responses": proxy.injected["slowdown_503"],
                          "list_retries": c.list_retries, "delete_retries": c.delete_retries,
                          "lowest_delete_limit": round(c.lowest_limit, 2)}
     res["ratio_throttled_over_clean"] = round(res["throttled"]["objects_per_s"] / res["clean"]["objects_per_s"], 2)
