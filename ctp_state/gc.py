@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ctp_state import faults, layout
+from ctp_state import crashpoints, layout
 from ctp_state import state as sm
 from ctp_state.errors import CorruptData, ObjectNotFound, StoreError
 from ctp_state.store import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, ObjectStore
@@ -385,7 +385,7 @@ def delete_objects(
                 raise
             settle(job, tickets, res)
             if not (job.errors or job.throttles):
-                faults.hit("gc_after_delete_batch", job.index)
+                crashpoints.reached("gc_after_delete_batch", job.index)
 
     with ThreadPoolExecutor(max_workers=max(1, in_flight)) as pool:
         for f in [pool.submit(worker) for _ in range(max(1, in_flight))]:

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctp_state import faults
+from ctp_state import crashpoints
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile
 from ctp_state.epoch import ClusterEpoch
@@ -173,7 +173,7 @@ def build_one(store: ObjectStore, index: int, f: L1File, compression: str = "zst
             out = build_file(store, f, compression=compression)
     except (CorruptData, ObjectNotFound) as e:
         return {"key": f.key, "error": str(e), "l0_key": getattr(e, "key", None)}
-    faults.hit("after_l1_write", index)
+    crashpoints.reached("after_l1_write", index)
     return out
 
 
@@ -256,7 +256,7 @@ def _build_and_commit(store: ObjectStore, c: int, config: ReconcileConfig, owner
                       reports: dict[tuple[str, int], PartitionReport], released: set[tuple[str, int]],
                       map_files: Callable[[list[L1File]], list[dict]],
                       on_progress: Callable[[str, int, int], None]) -> None:
-    faults.hit("after_claim")
+    crashpoints.reached("after_claim")
 
     # 3-4. plan and build
     plans = {(st.topic, st.partition): plan_files(st, config.target_file_bytes, config.max_bytes_per_partition)
@@ -266,7 +266,7 @@ def _build_and_commit(store: ObjectStore, c: int, config: ReconcileConfig, owner
     results = map_files(files) if files else []
     by_key = {res["key"]: res for res in results}
     on_progress("build", len(files), len(files))
-    faults.hit("before_commit")
+    crashpoints.reached("before_commit")
 
     # 5. commit
     done = [0]
@@ -302,7 +302,7 @@ def _build_and_commit(store: ObjectStore, c: int, config: ReconcileConfig, owner
                 r.l0_bytes = sum(f.l0_bytes for f in fs)
                 r.l1_bytes = sum(by_key[f.key]["l1_bytes"] for f in fs)
                 r.l1_files = list(keys)
-                faults.hit("after_commit", index)
+                crashpoints.reached("after_commit", index)
             if not st.pending and c - st.min_epoch_lower_bound >= config.idle_lag and c >= st.max_applied_epoch:
                 out = log.append(st, lambda _s: Advance(c, writer_epoch)).outcome
                 if out.rejected is None:

@@ -111,14 +111,16 @@ def store(store_url) -> ObjectStore:
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOOKS = os.path.join(REPO, "tests", "hooks")
 
 
 def with_this_checkout(env: dict[str, str]) -> dict[str, str]:
     """``env`` with this checkout first on ``PYTHONPATH``: child processes (the ``ctp``
     script, helper scripts) import the code under test even when the venv's editable
     install points at another checkout (the editable finder only answers what
-    ``sys.path`` does not)."""
-    path = [REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != REPO]
+    ``sys.path`` does not). ``tests/hooks`` comes next: its ``sitecustomize`` installs
+    the crash points ``CTP_FAULT`` arms (:mod:`ctp_state.crashpoints`)."""
+    path = [REPO, HOOKS] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in (REPO, HOOKS)]
     return {**env, "PYTHONPATH": os.pathsep.join(path)}
 
 

@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _env(**extra):
-    return {**os.environ, "PYTHONPATH": ROOT, **extra}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "hooks")]), **extra}
 
 
 def test_two_ctp_produce_processes_on_the_same_file_store_each_record_once(fstore, tmp_path):

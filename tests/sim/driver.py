@@ -40,7 +40,7 @@ from tests.sim.model import (ACTORS, PRODUCERS, TOPIC, Ledger, Params, Step, che
                              records, to_jsonl)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PLANT_DIR = os.path.join(REPO, "tests", "sim", "plant")
+HOOKS_DIR = os.path.join(REPO, "tests", "hooks")  # crash points and planted bugs (sitecustomize)
 STEP_TIMEOUT_S = 180.0
 
 
@@ -200,7 +200,7 @@ class Sim:
         self.workdir = workdir or tempfile.mkdtemp(prefix=f"ctp-sim-{seed}-")
         os.makedirs(self.workdir, exist_ok=True)
         self.report_dir = os.path.join(self.workdir, "report")
-        path = [REPO] + ([PLANT_DIR] if plant else [])
+        path = [REPO, HOOKS_DIR]
         self.env = {**os.environ, **env, "CTP_STORE": url,
                     "PYTHONPATH": os.pathsep.join(path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                                                           if p])}

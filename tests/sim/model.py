@@ -21,8 +21,8 @@ from ctp_state.l0 import Record
 
 TOPIC = "sim"
 
-#: Crash points compiled into the product (``ctp_state.faults.hit``): the schedule puts
-#: each of them into every run long enough to hold them.
+#: Crash points the product marks (:mod:`ctp_state.crashpoints`, armed by
+#: ``tests/hooks``): the schedule puts each of them into every run long enough to hold them.
 CRASH_POINTS = {
     "reconcile": ("after_claim", "after_l1_write", "before_commit", "after_commit"),
     "gc": ("gc_after_delete_batch",),

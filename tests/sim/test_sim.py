@@ -127,3 +127,9 @@ def test_the_history_check_finds_a_decreasing_m_but_not_a_superseded_run():
     assert check_history_monotonic(ok) == []
     bad = ok + [{"seq": 3, "status": "partial", "m": 3}]
     assert check_history_monotonic(bad) == ["GC history: M decreased from 4 (run #2) to 3 (run #3)"]
+
+
+def test_the_model_schedules_every_crash_point_the_product_marks():
+    from ctp_state import crashpoints
+
+    assert sorted(p for ps in CRASH_POINTS.values() for p in ps) == sorted(crashpoints.POINTS)

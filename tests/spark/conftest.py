@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import with_this_checkout
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 APP = os.path.join(REPO, "spark_apps", "reconcile.py")
 
@@ -30,7 +32,7 @@ def spark_submit(env: dict[str, str], *args: str, timeout: float = 300) -> subpr
     CTP_FAULT kills the whole application, JVM and Python workers alike)."""
     exe = shutil.which("spark-submit") or os.path.join(os.path.dirname(sys.executable), "spark-submit")
     proc = subprocess.Popen([exe, "--master", "local[2]", "--conf", "spark.ui.enabled=false", APP, *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=with_this_checkout(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

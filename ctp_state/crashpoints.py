@@ -1,0 +1,30 @@
+"""Named crash points: the moments a process may die at that the design promises to
+survive (a claim held, L1 files written but not committed, a commit done, a delete batch
+gone). The product only marks them; it does nothing there. A test harness installs a
+handler that kills the process at a chosen point (the project's crash tests and the
+fault simulation do, from ``tests/hooks/sitecustomize.py``), so the recovery story in
+``docs/failure-model.md`` is exercised by real kills rather than by argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+#: Every point the product marks, in the order a reconcile then a GC reaches them.
+POINTS = ("after_claim", "after_l1_write", "before_commit", "after_commit", "gc_after_delete_batch")
+
+_handler: Callable[[str, int], None] | None = None
+
+
+def install(handler: Callable[[str, int], None] | None) -> None:
+    """Call ``handler(point, index)`` at every crash point from now on (None: stop)."""
+    global _handler
+    _handler = handler
+
+
+def reached(point: str, index: int = 0) -> None:
+    """Mark crash point ``point`` (for item ``index``: a task, a batch). A no-op unless a
+    handler is installed."""
+    handler = _handler
+    if handler is not None:
+        handler(point, index)

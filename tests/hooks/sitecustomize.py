@@ -1,0 +1,84 @@
+"""Test hooks installed into every process a test starts: this directory is on the
+``PYTHONPATH`` of child processes (``tests.conftest.with_this_checkout`` and the fault
+simulation put it there), so Python imports this module at start-up — in ``ctp`` runs,
+spark-submit drivers and their Python workers alike.
+
+* **Crash points.** ``CTP_FAULT=point[:n][,point[:n]...]`` kills the process's whole
+  session with SIGKILL when :func:`ctp_state.crashpoints.reached` marks ``point`` for
+  item ``n`` (default 0). The tests start the process under test in a session of its
+  own (``setsid``), so the whole application (Spark driver, JVM, Python workers) dies
+  at once, as on a machine failure. ``CTP_FAULT`` is read at each point, so a
+  long-lived process can be armed later.
+* **Planted bugs** for the simulation's self-test: ``CTP_SIM_PLANT`` names one, and it
+  is then in every process, as a bug in the code would be. Unset, nothing changes.
+"""
+
+import os
+import signal
+
+
+def _target(point: str) -> int | None:
+    for item in os.environ.get("CTP_FAULT", "").split(","):
+        name, _, n = item.strip().partition(":")
+        if name == point:
+            return int(n) if n else 0
+    return None
+
+
+def _session_pids(sid: int) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # field 6 of stat: the session id
+            pids.append(int(name))
+    return pids
+
+
+def _crash(point: str, index: int) -> None:
+    """Kill every process of this session (PySpark workers sit in process groups of
+    their own, so a group kill from a task would spare the driver and the JVM)."""
+    if _target(point) != index:
+        return
+    me = os.getpid()
+    try:
+        for pid in _session_pids(os.getsid(0)):
+            if pid != me:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+    finally:
+        os.kill(me, signal.SIGKILL)
+
+
+def _install() -> None:
+    try:
+        from ctp_state import crashpoints
+    except ImportError:  # a process that does not run ctp (e.g. the JVM's helpers)
+        return
+    crashpoints.install(_crash)
+
+
+_install()
+
+_PLANT = os.environ.get("CTP_SIM_PLANT")
+
+if _PLANT == "lower_bound_plus_one":
+    # R3 computed one epoch too high: a reconcile may commit a lower bound past the
+    # previous applied epoch, so M can reach an epoch a placeholder may still use.
+    from ctp_state import state as _sm
+
+    _allowed = _sm.allowed_lower_bound
+
+    def allowed_lower_bound(s, through_log_offset):  # type: ignore[no-untyped-def]
+        return _allowed(s, through_log_offset) + 1
+
+    _sm.allowed_lower_bound = allowed_lower_bound
+elif _PLANT:
+    raise SystemExit(f"unknown CTP_SIM_PLANT {_PLANT!r}")
