@@ -78,7 +78,7 @@ def ctp_gc():
     @task(retries=0)
     def gate(params=None) -> dict:
         """The checkpoint alone; fails the DAG (no retry) if any expectation fails."""
-        from airflow.exceptions import AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException
 
         from expectations.job import validate_job
 
@@ -99,7 +99,7 @@ def ctp_gc():
         if not params.get("verify"):
             print("verify: skipped (set the `verify` param to check every checksum and reference first)")
             return {"verified": False}
-        from airflow.exceptions import AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException
 
         from ctp_state.verify import verify as run_verify
 
@@ -131,7 +131,7 @@ def ctp_gc():
             rec = run_gc(store, gate=GxGate(cfg.report_dir, store_url=store.url), config=_config(params),
                          on_progress=progress)
         except (GateFailed, StateUnreadable) as e:  # nothing deleted; a person must look, not a retry
-            from airflow.exceptions import AirflowFailException
+            from airflow.sdk.exceptions import AirflowFailException
 
             raise AirflowFailException(str(e)) from None
         keep = ("seq", "status", "dry_run", "m", "cluster_epoch", "partitions", "listed", "deleted", "deleted_bytes",
