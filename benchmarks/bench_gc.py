@@ -149,6 +149,8 @@ def bench_delete(store_of, n: int, label: str) -> dict:
             todo, c = plan_l0_deletes(store, 1, now_s=time.time(), bulk=bulk)
             t0 = time.perf_counter()  # the deleter alone, as the raw loop is
             deleted = delete_objects(bulk, todo, counters=c).deleted
+            if bulk is not store:
+                bulk.close()
         took = time.perf_counter() - t0
         assert deleted == n, (mode, deleted)
         res[f"{mode}_objects_per_s"] = round(n / took)
@@ -171,11 +173,13 @@ def bench_throttle(server, n: int, probability: float = 0.3) -> dict:
                 proxy.add_rule("slowdown_503", probability=probability)
             store = open_store(f"s3://{bucket}/bench", {**server.env, "CTP_S3_ENDPOINT_URL": proxy.endpoint})
             bulk = store.bulk()
-            t0 = time.perf_counter()
-            todo, c = plan_l0_deletes(store, 3, now_s=time.time(), bulk=bulk)
-            delete_objects(bulk, todo, counters=c)
-            took = time.perf_counter() - t0
-            bulk.close()
+            try:
+                t0 = time.perf_counter()
+                todo, c = plan_l0_deletes(store, 3, now_s=time.time(), bulk=bulk)
+                delete_objects(bulk, todo, counters=c)
+                took = time.perf_counter() - t0
+            finally:
+                bulk.close()
             assert (c.deleted, c.delete_errors) == (n, 0), (mode, c.deleted, c.delete_errors)
             assert not list(direct.list(layout.L0_ROOT))
             res[mode] = {"objects_per_s": round(n / took), "seconds": round(took, 2),

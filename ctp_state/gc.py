@@ -165,7 +165,8 @@ def scan_prefix(store: ObjectStore, prefix: str, m: int, *, lister: ObjectStore 
     lister = lister or store
     scan = Scan()
     last: str | None = None
-    errors = 0
+    errors = throttles = 0  # failures since the listing last made progress
+    failed_at: str | None = None
     while True:
         ticket = limiter.acquire(prefix)
         try:
@@ -182,11 +183,15 @@ def scan_prefix(store: ObjectStore, prefix: str, m: int, *, lister: ObjectStore 
             if isinstance(e, ObjectNotFound):
                 limiter.release(ticket)
                 raise
+            if last != failed_at:  # this attempt listed something: a fresh budget
+                errors = throttles = 0
+            failed_at = last
             scan.retries += 1
             if is_throttle(e.code):
                 limiter.throttled(ticket)
                 scan.throttled += 1
-                if scan.throttled >= throttle_attempts:
+                throttles += 1
+                if throttles >= throttle_attempts:
                     raise
             else:
                 limiter.release(ticket)
@@ -273,6 +278,10 @@ class _Job:
     errors: int = 0  # failed attempts that were not throttles
     throttles: int = 0
     not_before: float = 0.0
+    prefixes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.prefixes = sorted({spread_of(k) for k in self.keys})
 
 
 def delete_objects(
@@ -318,18 +327,24 @@ def delete_objects(
             for i, job in enumerate(queue):
                 if job.not_before > now:
                     continue
-                tickets = limiter.try_acquire_all(sorted({spread_of(k) for k in job.keys}))
+                tickets = limiter.try_acquire_all(job.prefixes)
                 if tickets is not None:
                     del queue[i]
                     active[0] += 1
                     return job, tickets
             cond.wait(0.02)  # a finishing job notifies; pacing and backoff end by the clock
 
-    def settle(job: _Job, tickets: list[Ticket], res: DeleteResult) -> None:
+    def settle(job: _Job, tickets: list[Ticket], raw: DeleteResult) -> None:
+        asked = set(job.keys)  # the plan bounds what is deleted, not the store's answer
+        errors = {k: code for k, code in raw.errors.items() if k in asked}
+        deleted = {k for k in raw.deleted if k in asked and k not in errors}
+        errors.update({k: "missing from the delete response" for k in asked - deleted - errors.keys()})
+        res = DeleteResult(tuple(k for k in job.keys if k in deleted), errors)
         throttled = {k: code for k, code in res.errors.items() if is_throttle(code)}
         failed = {k: code for k, code in res.errors.items() if k not in throttled}
         hot = {spread_of(k) for k in throttled}
-        for t in tickets:
+        while tickets:  # popped first: a ticket is given back once, even if this raises
+            t = tickets.pop()
             if t.key in hot:
                 limiter.throttled(t)
             elif res.deleted:
@@ -360,11 +375,9 @@ def delete_objects(
                     c.delete_retries += len(failed)
                     queue.append(_Job(list(failed), job.index, job.errors + 1, job.throttles,
                                       now + backoff_delay(job.errors, backoff_s, max_backoff_s)))
-            active[0] -= 1
             done[0] += finished
             if finished:
                 on_progress(done[0], len(sizes))
-            cond.notify_all()
 
     def worker() -> None:
         while True:
@@ -375,20 +388,23 @@ def delete_objects(
             job, tickets = picked
             try:
                 res = store.delete_many(job.keys)  # at most 1000 keys: one request
+                settle(job, tickets, res)
             except BaseException:
-                for t in tickets:
+                with cond:
+                    queue.clear()  # the run fails: the other workers stop too
+                raise
+            finally:
+                for t in tickets:  # those settle() did not give back
                     limiter.release(t)
                 with cond:
                     active[0] -= 1
-                    queue.clear()  # the other workers stop too
                     cond.notify_all()
-                raise
-            settle(job, tickets, res)
             if not (job.errors or job.throttles):
                 crashpoints.reached("gc_after_delete_batch", job.index)
 
     with ThreadPoolExecutor(max_workers=max(1, in_flight)) as pool:
         for f in [pool.submit(worker) for _ in range(max(1, in_flight))]:
             f.result()
-    c.lowest_limit = min(c.lowest_limit, limiter.lowest) if c.lowest_limit else limiter.lowest
+    if sizes:
+        c.lowest_limit = min(c.lowest_limit, limiter.lowest) if c.lowest_limit else limiter.lowest
     return c

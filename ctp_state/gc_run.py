@@ -461,7 +461,10 @@ def run_gc(
         raise e
     finally:
         if bulk is not store:
-            bulk.close()
+            try:
+                bulk.close()
+            except Exception as err:  # never hide the run's own error behind this one
+                log.warning("could not close the GC's bulk S3 client: %s", err)
     # Keys that still fail after every retry make the run "partial": M stands, the
     # objects are listed again next run. L1 watermarks only move if every orphan went.
     status = "partial" if counters.delete_errors or l1_res.delete_errors else "ok"

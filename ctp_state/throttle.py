@@ -18,6 +18,7 @@ throttle (:func:`is_throttle`) and what a request is.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +51,7 @@ class _Prefix:
 class Ticket:
     key: str
     window: int
+    serial: int = 0
 
 
 class Aimd:
@@ -75,6 +77,8 @@ class Aimd:
         self.max_delay_s = max_delay_s
         self.clock = clock
         self._keys: dict[str, _Prefix] = {}
+        self._out: set[int] = set()
+        self._serial = itertools.count(1)
         self._cond = threading.Condition()
         self.throttles = 0  # throttle signals seen, stale ones included
         self.lowest = self.start  # the lowest limit any key reached
@@ -114,8 +118,13 @@ class Aimd:
             st = self._state(key)
             if self._room(st, self.clock()) > 0:
                 return None
-            st.in_flight += 1
-            return Ticket(key, st.window)
+            return self._ticket(key, st)
+
+    def _ticket(self, key: str, st: _Prefix) -> Ticket:
+        st.in_flight += 1
+        t = Ticket(key, st.window, next(self._serial))
+        self._out.add(t.serial)
+        return t
 
     def try_acquire_all(self, keys: list[str]) -> list[Ticket] | None:
         """One ticket per key if every key has room now, else None (all or nothing)."""
@@ -124,9 +133,7 @@ class Aimd:
             states = [self._state(k) for k in keys]
             if any(self._room(st, now) > 0 for st in states):
                 return None
-            for st in states:
-                st.in_flight += 1
-            return [Ticket(k, st.window) for k, st in zip(keys, states)]
+            return [self._ticket(k, st) for k, st in zip(keys, states)]
 
     def acquire(self, key: str, timeout_s: float | None = None) -> Ticket:
         deadline = None if timeout_s is None else self.clock() + timeout_s
@@ -136,8 +143,7 @@ class Aimd:
                 now = self.clock()
                 wait = self._room(st, now)
                 if wait <= 0:
-                    st.in_flight += 1
-                    return Ticket(key, st.window)
+                    return self._ticket(key, st)
                 if deadline is not None:
                     if now >= deadline:
                         raise TimeoutError(f"no room for {key!r} within {timeout_s}s")
@@ -146,8 +152,9 @@ class Aimd:
 
     def _give_back(self, t: Ticket) -> _Prefix:
         st = self._state(t.key)
-        if st.in_flight <= 0:
+        if t.serial not in self._out or st.in_flight <= 0:
             raise RuntimeError(f"ticket for {t.key!r} given back twice")
+        self._out.discard(t.serial)
         st.in_flight -= 1
         self._cond.notify_all()
         return st

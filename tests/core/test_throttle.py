@@ -184,12 +184,12 @@ def test_a_listing_interrupted_by_throttles_and_errors_resumes_where_it_stopped(
     class Interrupting(PrefixRateStore):
         def __init__(self, inner, codes):
             super().__init__(inner, capacity=1)
-            self.codes, self.calls = list(codes), []
+            self.codes, self.calls, self.at = list(codes), [], 3
 
         def list(self, prefix="", start_after=None):
             self.calls.append(start_after)
             for i, info in enumerate(self.inner.list(prefix, start_after)):
-                if i == 3 and self.codes:
+                if i == self.at and self.codes:
                     raise StoreError("boom", self.codes.pop(0))
                 yield info
 
@@ -202,5 +202,6 @@ def test_a_listing_interrupted_by_throttles_and_errors_resumes_where_it_stopped(
     assert flaky.calls[0] is None and all(flaky.calls[1:])  # resumed after the last key seen
 
     gone = Interrupting(store, ["500"] * 5)
+    gone.at = 0  # no progress between failures: the budget runs out
     with pytest.raises(StoreError, match="boom"):
         scan_prefix(store, "l0/003/", 3, lister=gone, max_attempts=3, sleep=lambda s: None)
