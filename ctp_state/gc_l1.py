@@ -115,12 +115,19 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
 
     prev_last = w
     committed = set()
+    boundaries = [w]  # commit boundaries (a committed file's last offset): where W may stand
     for ref in inp.committed:  # checked whether or not the listing saw them
         if ref.last <= w or ref.last > lr:
             continue
+        if ref.first <= w and prev_last == w:
+            # W inside this file: an older ctp could leave W off a commit boundary (see
+            # below). The file starts where the previous committed one ended, so check
+            # it from there; contiguity between committed files is still checked.
+            prev_last = ref.first - 1
         committed.add(ref.key)
         res.new_files.append(_check_row(store, inp, ref, prev_last))
         prev_last = ref.last
+        boundaries.append(ref.last)
 
     new_w = lr
     for key, info in sorted(listed.items(), key=lambda kv: _range(kv[0])):
@@ -132,7 +139,10 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
         elif not inp.collect or now_s - info.mtime < grace_s:
             res.young += 1
             if first > w:  # one behind W waits for the next full sweep; W does not move back
-                new_w = min(new_w, first - 1)  # orphans start at a commit boundary
+                # W stops at the last commit boundary before it. Not at first - 1: a
+                # crashed run may have split the offsets differently from the run that
+                # committed them, so an orphan can start inside a committed file.
+                new_w = min(new_w, max(b for b in boundaries if b < first))
         else:
             res.orphans.append(info)
     res.swept_through = new_w

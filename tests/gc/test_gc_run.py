@@ -10,7 +10,7 @@ import re
 import pyarrow as pa
 import pytest
 
-from ctp_state import layout
+from ctp_state import gc_l1, layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, GateFailed, StoreError
 from ctp_state.gc_history import GcHistory, partitions_key
@@ -184,6 +184,31 @@ def test_l1_orphans_of_a_crashed_reconciler_are_collected_after_the_grace(store,
     assert_exactly_once(store, "t", sent)
     again = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
     assert again["l1_partitions_unchanged"] == 1 and again["l1_listed"] == 0  # nothing new: no listing
+
+
+def test_a_young_orphan_inside_a_committed_file_does_not_move_the_watermark_off_a_commit_boundary(store, gate):
+    # Found by the soak (file seed 23): a crashed run split the offsets differently from
+    # the run that committed them, so its young orphan starts inside a committed file.
+    # The sweep set its watermark just before the orphan, inside that file; every later
+    # gate then saw the committed file start before the watermark (I2 "not contiguous")
+    # and refused the GC cluster-wide, for good.
+    sent = produce_rounds(store, partitions=1, rounds=2, per=10)
+    run_reconcile(store)
+    (committed,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
+    first, last = gc_l1._range(committed)
+    assert last > first
+    orphan = layout.l1_key("t", 0, first + 1, last)  # starts inside the committed file
+    store.put(orphan, store.get(committed))
+    young = run_gc(store, gate=gate)  # default grace: the orphan is young and stays
+    assert young["status"] == "ok" and young["l1_young_skipped"] == 1
+    sent[0] += produce_rounds(store, partitions=1, rounds=1, per=5)[0]
+    run_reconcile(store)
+    later = run_gc(store, gate=gate)  # refused by the gate before the fix
+    assert later["status"] == "ok" and later["gate"]["success"]
+    swept = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    assert swept["status"] == "ok" and swept["l1_orphans_deleted"] == 1
+    assert store.head(orphan) is None and store.head(committed) is not None
+    assert_exactly_once(store, "t", sent)
 
 
 def test_an_orphan_written_behind_the_watermark_is_collected_by_the_periodic_full_sweep(store, gate):
