@@ -334,6 +334,17 @@ def delete_objects(
                     return job, tickets
             cond.wait(0.02)  # a finishing job notifies; pacing and backoff end by the clock
 
+    def again(keys: dict[str, str], spent: bool, retry: _Job) -> int:
+        """Queue ``retry`` for failed ``keys``, or count them as failed once attempts are
+        ``spent``; return how many keys are finished (caller holds ``cond``)."""
+        if spent:
+            c.delete_errors += len(keys)
+            c.failed_keys.update(keys)
+            return len(keys)
+        c.delete_retries += len(keys)
+        queue.append(retry)
+        return 0
+
     def settle(job: _Job, tickets: list[Ticket], raw: DeleteResult) -> None:
         asked = set(job.keys)  # the plan bounds what is deleted, not the store's answer
         errors = {k: code for k, code in raw.errors.items() if k in asked}
@@ -359,22 +370,12 @@ def delete_objects(
             finished = len(res.deleted)
             if throttled:
                 c.throttled += 1
-                if job.throttles + 1 >= throttle_attempts:
-                    c.delete_errors += len(throttled)
-                    c.failed_keys.update(throttled)
-                    finished += len(throttled)
-                else:
-                    c.delete_retries += len(throttled)
-                    queue.append(_Job(list(throttled), job.index, job.errors, job.throttles + 1, now))
+                finished += again(throttled, job.throttles + 1 >= throttle_attempts,
+                                  _Job(list(throttled), job.index, job.errors, job.throttles + 1, now))
             if failed:
-                if job.errors + 1 >= max_attempts:
-                    c.delete_errors += len(failed)
-                    c.failed_keys.update(failed)
-                    finished += len(failed)
-                else:
-                    c.delete_retries += len(failed)
-                    queue.append(_Job(list(failed), job.index, job.errors + 1, job.throttles,
-                                      now + backoff_delay(job.errors, backoff_s, max_backoff_s)))
+                finished += again(failed, job.errors + 1 >= max_attempts,
+                                  _Job(list(failed), job.index, job.errors + 1, job.throttles,
+                                       now + backoff_delay(job.errors, backoff_s, max_backoff_s)))
             done[0] += finished
             if finished:
                 on_progress(done[0], len(sizes))

@@ -11,6 +11,7 @@ from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys, read_partition
+from ctp_state.store import ObjectStore
 from ctp_state.topics import create_topic
 
 
@@ -49,3 +50,20 @@ def assert_exactly_once(store, topic: str, sent: dict[int, list[Record]], *, all
             assert not state.pending
             in_l1 = sum(pq.read_metadata(io.BytesIO(store.get(k))).num_rows for k in keys)
             assert in_l1 == len(records)
+
+
+class Wrapped(ObjectStore):
+    """An :class:`ObjectStore` that passes every request to ``inner``: fault-injecting
+    test stores override what they break."""
+
+    def __init__(self, inner: ObjectStore):
+        self.inner, self.url = inner, inner.url
+
+    def get(self, k): return self.inner.get(k)  # noqa: E704
+    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)  # noqa: E704
+    def put(self, k, d): return self.inner.put(k, d)  # noqa: E704
+    def put_if_absent(self, k, d): return self.inner.put_if_absent(k, d)  # noqa: E704
+    def head(self, k): return self.inner.head(k)  # noqa: E704
+    def list(self, prefix="", start_after=None): return self.inner.list(prefix, start_after)  # noqa: E704
+    def list_level(self, prefix): return self.inner.list_level(prefix)  # noqa: E704
+    def _delete_batch(self, keys): return self.inner._delete_batch(keys)  # noqa: E704

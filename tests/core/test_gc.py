@@ -16,6 +16,7 @@ from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.status import read_states, select_topics
 from ctp_state.store import DeleteResult, ObjectStore
+from tests.support import Wrapped
 from ctp_state.topics import create_topic
 
 
@@ -125,25 +126,17 @@ def test_deletes_over_1000_in_batches(store):
     assert list(store.list(layout.L0_ROOT)) == []
 
 
-class FlakyStore(ObjectStore):
+class FlakyStore(Wrapped):
     """Fault injection: the first ``throttle`` delete requests are refused with SlowDown
     for every key; keys in ``broken`` always fail."""
 
     def __init__(self, inner: ObjectStore, throttle: int = 0, broken: frozenset[str] = frozenset()):
-        self.inner, self.url = inner, inner.url
+        super().__init__(inner)
         self.throttle, self.broken, self.requests = throttle, broken, 0
         self._lock = threading.Lock()
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
-
-    def get(self, k): return self.inner.get(k)  # noqa: E704
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)  # noqa: E704
-    def put(self, k, d): return self.inner.put(k, d)  # noqa: E704
-    def put_if_absent(self, k, d): return self.inner.put_if_absent(k, d)  # noqa: E704
-    def head(self, k): return self.inner.head(k)  # noqa: E704
-    def list(self, prefix="", start_after=None): return self.inner.list(prefix, start_after)  # noqa: E704
-    def list_level(self, prefix): return self.inner.list_level(prefix)  # noqa: E704
 
     def _delete_batch(self, keys):
         with self._lock:

@@ -12,6 +12,7 @@ from ctp_state import layout
 from ctp_state.gc import delete_objects, scan_prefix, spread_of
 from ctp_state.errors import StoreError
 from ctp_state.store import DeleteResult, LocalStore, ObjectInfo, ObjectStore
+from tests.support import Wrapped
 from ctp_state.throttle import Aimd, is_throttle
 
 
@@ -101,26 +102,18 @@ def test_throttle_codes():
     assert not any(is_throttle(c) for c in ("", None, "500", "InternalError", "AccessDenied", "NoSuchKey"))
 
 
-class PrefixRateStore(ObjectStore):
+class PrefixRateStore(Wrapped):
     """S3's throttle, on a local store: more than ``capacity`` requests in flight on one
     spread prefix -> every key of the extra request gets ``SlowDown``; a request takes
     ``latency_s``. Records the largest concurrency each prefix saw."""
 
     def __init__(self, inner: ObjectStore, capacity: int, latency_s: float = 0.01):
-        self.inner, self.url = inner, inner.url
+        super().__init__(inner)
         self.capacity, self.latency_s = capacity, latency_s
         self.in_flight: dict[str, int] = {}
         self.peak: dict[str, int] = {}
         self.requests = self.throttled = 0
         self._lock = threading.Lock()
-
-    def get(self, k): return self.inner.get(k)  # noqa: E704
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)  # noqa: E704
-    def put(self, k, d): return self.inner.put(k, d)  # noqa: E704
-    def put_if_absent(self, k, d): return self.inner.put_if_absent(k, d)  # noqa: E704
-    def head(self, k): return self.inner.head(k)  # noqa: E704
-    def list(self, prefix="", start_after=None): return self.inner.list(prefix, start_after)  # noqa: E704
-    def list_level(self, prefix): return self.inner.list_level(prefix)  # noqa: E704
 
     def _delete_batch(self, keys):
         prefixes = {spread_of(k) for k in keys}
