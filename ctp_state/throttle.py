@@ -185,8 +185,3 @@ class Aimd:
     def release(self, t: Ticket) -> None:
         with self._cond:
             self._give_back(t)
-
-    def wait_any(self, timeout_s: float) -> None:
-        """Sleep until some ticket is given back or ``timeout_s`` passes."""
-        with self._cond:
-            self._cond.wait(timeout_s)

@@ -211,6 +211,22 @@ def test_a_young_orphan_inside_a_committed_file_does_not_move_the_watermark_off_
     assert_exactly_once(store, "t", sent)
 
 
+def test_a_watermark_an_older_version_left_inside_a_committed_file_heals(store):
+    # A store the watermark bug already wedged: W sits inside a committed file. The
+    # sweep checks that file from its own start, so the gate's I2 row is consistent.
+    produce_rounds(store, partitions=1, rounds=2, per=10)
+    run_reconcile(store)
+    state = PartitionLog(store, "t", 0).read_state()
+    (ref,) = state.committed_l1_files()
+    assert ref.last > ref.first
+    inp = gc_l1.SweepInput("t", 0, state.last_reconciled_offset, state.next_offset,
+                           swept_through=ref.first, swept_log_end=-1, committed=(ref,))
+    res = gc_l1.sweep_partition(store, inp, now_s=0, grace_s=0)
+    (row,) = res.new_files
+    assert row["first_offset"] == row["expected_first_offset"] == ref.first
+    assert row["checksums_ok"] and res.swept_through == state.last_reconciled_offset
+
+
 def test_an_orphan_written_behind_the_watermark_is_collected_by_the_periodic_full_sweep(store, gate):
     # A reconciler whose lease ran out writes its file after a GC's sweep moved the
     # watermark past the file's offsets: incremental sweeps start after the watermark,
