@@ -33,7 +33,7 @@ from ctp_state.l1 import L1File, build_file  # noqa: E402
 from ctp_state.producer import Producer  # noqa: E402
 from ctp_state.reconcile import ReconcileConfig, plan_files, run_reconcile  # noqa: E402
 from ctp_state.status import read_states, select_topics  # noqa: E402
-from ctp_state.store import open_store  # noqa: E402
+from ctp_state.storage import open_store  # noqa: E402
 from ctp_state.topics import create_topic  # noqa: E402
 
 

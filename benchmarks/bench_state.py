@@ -29,7 +29,7 @@ from ctp_state import layout  # noqa: E402
 from ctp_state.fence import EpochFence  # noqa: E402
 from ctp_state.log import PartitionLog  # noqa: E402
 from ctp_state.status import read_states  # noqa: E402
-from ctp_state.store import ObjectStore, open_store  # noqa: E402
+from ctp_state.storage import ObjectStore, open_store  # noqa: E402
 from ctp_state.topics import create_topic, get_topic  # noqa: E402
 
 

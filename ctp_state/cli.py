@@ -27,7 +27,7 @@ from ctp_state import validate
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError
 from ctp_state.l0 import Record
-from ctp_state.store import ObjectStore, open_store, redact_url
+from ctp_state.storage import ObjectStore, open_store, redact_url
 
 DEFAULT_STORE = "file://" + os.path.join(os.path.expanduser("~"), ".ctp", "store")
 
@@ -52,7 +52,7 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)
     def wrapper(store_url: str, as_json: bool, **kwargs: Any) -> None:
         try:
-            store = open_store(store_url)
+            store = open_store(store_url, os.environ)
             fn(store, as_json, **kwargs)
         except CtpError as e:
             fail(str(e))

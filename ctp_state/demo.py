@@ -17,7 +17,7 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer, write_with_retry
 from ctp_state.status import describe, read_states
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from ctp_state import layout, validate
 from ctp_state.errors import ContentionTimeout, CorruptData, InvalidEpoch, KeyExists, ObjectNotFound
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 MAX_ADVANCE_ATTEMPTS = 1000
 log = logging.getLogger(__name__)

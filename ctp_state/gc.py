@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from ctp_state import crashpoints, layout
 from ctp_state import state as sm
 from ctp_state.errors import CorruptData, ObjectNotFound, StoreError
-from ctp_state.store import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, ObjectStore
+from ctp_state.storage import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, ObjectStore
 from ctp_state.throttle import Aimd, Ticket, is_throttle
 
 # --- M (R4) and who holds it back (R7) ---------------------------------------------------

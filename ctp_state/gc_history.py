@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from ctp_state.errors import CorruptData, ObjectNotFound, UnsupportedVersion
 from ctp_state.sequence import DenseSequence
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 HISTORY_PREFIX = "gc/history/"
 HISTORY_HINT = "gc/history/hint"

@@ -43,7 +43,7 @@ from ctp_state import layout
 from ctp_state.errors import CorruptData, ObjectNotFound
 from ctp_state.l1 import parse_l1
 from ctp_state.state import L1Ref
-from ctp_state.store import ObjectInfo, ObjectStore
+from ctp_state.storage import ObjectInfo, ObjectStore
 
 L1_CHECK_SCHEMA = pa.schema([
     ("topic", pa.string()),

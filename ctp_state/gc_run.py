@@ -54,7 +54,7 @@ from ctp_state.gc import (
 from ctp_state.gc_history import PARTITION_SCHEMA, PASSED, GcHistory, high_water
 from ctp_state.reconcile import state_fields, summaries
 from ctp_state.status import select_topics, try_read_partition_states, unaccounted_logs
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 

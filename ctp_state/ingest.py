@@ -28,7 +28,7 @@ from ctp_state import codec, layout
 from ctp_state.errors import ConfigError, CorruptData, CtpError, KeyExists, ObjectNotFound
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer, Verdict, write_with_retry
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 Chunks = list[tuple[tuple[str, int], list[Record]]]
 log = logging.getLogger(__name__)

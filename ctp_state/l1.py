@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from ctp_state import l0, layout
 from ctp_state.errors import CorruptData
 from ctp_state.state import Pending
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 L1_FORMAT_VERSION = "1"
 SCHEMA = pa.schema(

@@ -43,7 +43,7 @@ from ctp_state.errors import (
     StoreError,
 )
 from ctp_state.sequence import CreateOutcomeUnknown, create_once
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 DEFAULT_SNAPSHOT_EVERY = 64
 DEFAULT_APPEND_ATTEMPTS = 64

@@ -38,7 +38,7 @@ from ctp_state.errors import (CtpError, OutcomeUnknown, OutOfOrderSequence, Reje
 from ctp_state.fence import EpochFence
 from ctp_state.l0 import ChunkRef, Record, build_object
 from ctp_state.log import PartitionLog
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 from ctp_state.topics import Topic, get_topic
 
 DEFAULT_SPREAD_WIDTH = 16

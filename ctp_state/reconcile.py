@@ -42,7 +42,7 @@ from ctp_state.l1 import L1File, build_file
 from ctp_state.log import PartitionLog
 from ctp_state.sequence import DenseSequence
 from ctp_state.status import select_topics, try_read_partition_states
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 RUNS_PREFIX = "runs/reconcile/"
 SUMMARY_VERSION = 2

@@ -23,7 +23,7 @@ from typing import Any
 
 from ctp_state import codec
 from ctp_state.errors import ContentionTimeout, CorruptData, KeyExists, ObjectNotFound, StoreError
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"(\d{20})\.json")

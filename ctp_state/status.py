@@ -10,7 +10,7 @@ from ctp_state import layout
 from ctp_state import state as sm
 from ctp_state.errors import CtpError, TopicNotFound
 from ctp_state.log import PartitionLog
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 from ctp_state.topics import Topic, get_topic, list_topics
 
 

@@ -35,7 +35,7 @@ from ctp_state.errors import (
     TopicNotFound,
     UnsupportedVersion,
 )
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 META_VERSION = 2
 SUPPORTED_META_VERSIONS = (1, 2)  # 1: before checksums

@@ -36,7 +36,7 @@ from ctp_state.l1 import parse_l1
 from ctp_state.log import PartitionLog
 from ctp_state.reconcile import summaries
 from ctp_state.status import select_topics, unaccounted_logs
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 ERROR, WARNING = "error", "warning"
 

@@ -82,7 +82,7 @@ def resolve() -> CtpConfig:
 
 
 def open_store(cfg: CtpConfig):
-    from ctp_state.store import open_store as _open
+    from ctp_state.storage import open_store as _open
 
     return _open(cfg.store, {**os.environ, **cfg.env})
 

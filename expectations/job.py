@@ -11,7 +11,7 @@ from typing import Any
 from ctp_state.errors import GateFailed
 from ctp_state.gc_history import GcHistory
 from ctp_state.gc_run import GcConfig, run_gc, validate
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 from expectations.gate import GxGate, claim
 from expectations.report import publish, write_summary_page
 

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 _REMOTE_LINK = re.compile(r"<link\b[^>]*href=\"https?://[^\"]*\"[^>]*>\s*", re.I)
 _REMOTE_SCRIPT = re.compile(r"<script\b[^>]*src=\"https?://[^\"]*\"[^>]*>\s*</script>\s*", re.I)

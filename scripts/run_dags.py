@@ -132,7 +132,7 @@ def main() -> None:
     from ctp_state.producer import Producer, write_with_retry
     from ctp_state.reconcile import summaries
     from ctp_common import open_store, resolve  # the DAGs' own resolution: Variables, connections, env
-    from ctp_state.store import redact_url
+    from ctp_state.storage import redact_url
     from ctp_state.topics import create_topic
 
     cfg = resolve()

@@ -27,10 +27,10 @@ _STORES: dict[str, Any] = {}
 
 def _store(url: str) -> Any:
     """One store client per worker process (boto3 clients are expensive to build)."""
-    from ctp_state.store import open_store
+    from ctp_state.storage import open_store
 
     if url not in _STORES:
-        _STORES[url] = open_store(url)
+        _STORES[url] = open_store(url, os.environ)
     return _STORES[url]
 
 
@@ -128,10 +128,10 @@ def spark_session(master: str | None = None, app_name: str = "ctp-reconcile") ->
 
 def run(spark: Any, args: argparse.Namespace, on_progress: Callable[[str, int, int], None] | None = None) -> dict:
     from ctp_state.reconcile import run_reconcile
-    from ctp_state.store import open_store
+    from ctp_state.storage import open_store
 
     config = config_from_args(args)
-    store = open_store(args.store)
+    store = open_store(args.store, os.environ)
     kwargs: dict[str, Any] = {"on_progress": on_progress} if on_progress else {}
     return run_reconcile(store, topics=args.topics, config=config,
                          map_files=spark_map_files(spark, args.store, config.compression), **kwargs)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from ctp_state.store import ObjectStore, S3Settings, open_store
+from ctp_state.storage import ObjectStore, S3Settings, open_store
 from tests.s3_fault_proxy import S3FaultProxy
 
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after

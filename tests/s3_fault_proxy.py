@@ -5,7 +5,7 @@ write that reaches the server whose response is lost), so the code under test me
 them through botocore's own retry and error paths rather than through mocks.
 
 Only path-style requests are understood (``/<bucket>/<key>``), which is what
-:class:`ctp_state.store.S3Settings` configures whenever an endpoint URL is set.
+:class:`ctp_state.storage.S3Settings` configures whenever an endpoint URL is set.
 
 What botocore 1.44 sends (measured against moto over ``http://``): ``put_object`` with
 a bytes body goes with ``Content-Length``, ``Expect: 100-continue`` and the checksum in

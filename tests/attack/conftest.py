@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctp_state.store import open_store
+from ctp_state.storage import open_store
 from tests.safety.conftest import LostResponses, gate  # noqa: F401  (re-exported fixture)
 
 

@@ -22,7 +22,7 @@ import time
 from ctp_state.entries import AccessMode
 from ctp_state.errors import CtpError
 from ctp_state.log import PartitionLog
-from ctp_state.store import open_store
+from ctp_state.storage import open_store
 from ctp_state.topics import create_topic
 
 

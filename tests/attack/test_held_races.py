@@ -57,10 +57,11 @@ def test_two_ctp_produce_processes_on_the_same_file_store_each_record_once(fstor
 
 
 RECONCILE = """
+import os
 import sys
-from ctp_state.store import open_store
+from ctp_state.storage import open_store
 from ctp_state.reconcile import ReconcileConfig, run_reconcile
-run_reconcile(open_store(sys.argv[1]), config=ReconcileConfig(lease_ms=1500, target_file_bytes=200))
+run_reconcile(open_store(sys.argv[1], os.environ), config=ReconcileConfig(lease_ms=1500, target_file_bytes=200))
 """
 
 

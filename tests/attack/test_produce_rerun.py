@@ -35,7 +35,7 @@ from click.testing import CliRunner
 
 from ctp_state import cli
 from ctp_state.errors import StoreError
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
 from tests.attack.test_producer_eviction import crowd_out

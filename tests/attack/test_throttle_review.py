@@ -15,7 +15,7 @@ from ctp_state import gc as G
 from ctp_state import layout
 from ctp_state.errors import StoreError
 from ctp_state.gc import delete_objects, scan_prefix
-from ctp_state.store import DeleteResult, LocalStore, ObjectInfo
+from ctp_state.storage import DeleteResult, LocalStore, ObjectInfo
 from ctp_state.throttle import Aimd
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,7 +60,7 @@ PRELUDE = """
     import sys
     from ctp_state import layout
     from ctp_state.gc import delete_objects
-    from ctp_state.store import DeleteResult, LocalStore, ObjectInfo
+    from ctp_state.storage import DeleteResult, LocalStore, ObjectInfo
     store = LocalStore(sys.argv[1] if len(sys.argv) > 1 else {root!r}, fsync=False)
     keys = [layout.l0_key(s, 1, f"k{{i}}") for s in range(3) for i in range(5)]
     for k in keys:

@@ -26,7 +26,7 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import StoreError
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
 

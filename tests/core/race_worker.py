@@ -13,12 +13,12 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import KeyExists
 from ctp_state.log import PartitionLog
 from ctp_state.producer import PartitionWriter
-from ctp_state.store import open_store
+from ctp_state.storage import open_store
 
 
 def main() -> None:
     mode, start_at, ident = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-    store = open_store(os.environ["CTP_STORE"])
+    store = open_store(os.environ["CTP_STORE"], os.environ)
     time.sleep(max(0.0, start_at - time.time()))
     if mode == "put":
         try:

@@ -15,7 +15,7 @@ from ctp_state.gc import backoff_delay, compute_m, delete_objects, plan_l0_delet
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.status import read_states, select_topics
-from ctp_state.store import DeleteResult, ObjectStore
+from ctp_state.storage import DeleteResult, ObjectStore
 from tests.support import Wrapped
 from ctp_state.topics import create_topic
 

@@ -12,7 +12,7 @@ from ctp_state.entries import AccessMode, Init, Placeholder, encode
 from ctp_state.epoch import ClusterEpoch, EpochCache
 from ctp_state.errors import ClaimHeld, TopicExists
 from ctp_state.log import PartitionLog
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic, list_topics
 
 

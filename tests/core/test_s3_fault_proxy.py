@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ctp_state.errors import KeyExists, ObjectNotFound, StoreError
-from ctp_state.store import ObjectStore, S3Settings, open_store
+from ctp_state.storage import ObjectStore, S3Settings, open_store
 from tests.conftest import MotoServer, proxy_env
 from tests.s3_fault_proxy import S3FaultProxy
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from ctp_state.errors import InvalidKey, KeyExists, ObjectNotFound
-from ctp_state.store import MAX_DELETE_BATCH, ObjectStore
+from ctp_state.storage import MAX_DELETE_BATCH, ObjectStore
 
 
 def put_all(store: ObjectStore, names: list[str]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from ctp_state import layout
 from ctp_state.gc import delete_objects, scan_prefix, spread_of
 from ctp_state.errors import StoreError
-from ctp_state.store import DeleteResult, LocalStore, ObjectInfo, ObjectStore
+from ctp_state.storage import DeleteResult, LocalStore, ObjectInfo, ObjectStore
 from tests.support import Wrapped
 from ctp_state.throttle import Aimd, is_throttle
 

@@ -30,7 +30,7 @@ from ctp_state.gc_l1 import L1_CHECK_SCHEMA
 from ctp_state.gc_run import STATE_SCHEMA, GcConfig, history_table
 from ctp_state.log import PartitionLog
 from ctp_state.read import committed_l1_keys
-from ctp_state.store import ObjectStore, open_store
+from ctp_state.storage import ObjectStore, open_store
 from expectations.gate import MARKER, claim
 from expectations.job import gc_job, validate_job, write_report
 from tests.conftest import with_this_checkout

@@ -20,7 +20,7 @@ from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys, read_partition
 from ctp_state.reconcile import run_reconcile
-from ctp_state.store import LocalStore, ObjectStore
+from ctp_state.storage import LocalStore, ObjectStore
 from ctp_state.topics import create_topic
 from expectations.gate import GxGate
 from expectations.job import gc_job

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from ctp_state.errors import StoreError
-from ctp_state.store import ObjectStore
+from ctp_state.storage import ObjectStore
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from ctp_state import cli
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition
-from ctp_state.store import open_store
+from ctp_state.storage import open_store
 from ctp_state.topics import create_topic
 from tests.safety.conftest import LostResponses
 

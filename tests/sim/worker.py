@@ -23,7 +23,7 @@ import traceback
 from typing import Any
 
 from ctp_state.errors import CtpError, GateFailed
-from ctp_state.store import open_store
+from ctp_state.storage import open_store
 from tests.sim.model import TOPIC, records
 
 
@@ -49,7 +49,7 @@ def _answer(v: Any) -> dict[str, Any]:
 
 class Worker:
     def __init__(self, url: str, seed: int, kind: str, report_dir: str):
-        self.store = open_store(url)
+        self.store = open_store(url, os.environ)
         self.seed = seed
         self.kind = kind
         self.report_dir = report_dir

@@ -29,10 +29,10 @@ def killed(r) -> bool:
 
 @pytest.mark.parametrize("point", POINTS)
 def test_kill_9_then_rerun_converges(point, tmp_path):
-    from ctp_state.store import open_store
+    from ctp_state.storage import open_store
 
     url = f"file://{tmp_path}/store"
-    store = open_store(url)
+    store = open_store(url, os.environ)
     sent = produce_rounds(store, partitions=3, rounds=3, per=30)
     env = {**os.environ, "CTP_STORE": url}
     small = ["--target-file-mb", "0.003"]  # several files per partition
@@ -53,7 +53,7 @@ def test_kill_9_then_rerun_converges(point, tmp_path):
 
 
 def test_kill_9_mid_write_on_s3_then_rerun_converges(moto):
-    from ctp_state.store import open_store
+    from ctp_state.storage import open_store
 
     url, s3env = f"s3://{moto.new_bucket()}/crash", moto.env
     store = open_store(url, s3env)

@@ -89,9 +89,9 @@ def test_l1_files_are_plain_parquet_with_metadata(spark, store):
 
 
 def test_spark_reads_the_l1_files_back(spark, tmp_path):
-    from ctp_state.store import open_store
+    from ctp_state.storage import open_store
 
-    store = open_store(f"file://{tmp_path}/s")
+    store = open_store(f"file://{tmp_path}/s", {})
     produce_rounds(store, partitions=2, rounds=2, per=30)
     app.run(spark, spark_args(store))
     df = spark.read.parquet(f"{tmp_path}/s/l1/t/000001")

@@ -1,0 +1,125 @@
+"""The object-store interface: a few verbs every backend provides.
+
+get, ranged get, put, put-if-absent (atomic create), list in key order after a key,
+one level of a listing, and delete many. Keys are ``/``-separated and relative to the
+store's root; every backend lists them in the same (byte-wise) order, which is what
+makes epoch-ordered L0 listings and dense state-log offsets work. A backend turns its
+"already exists" answer to a conditional create into one :class:`KeyExists`, once;
+callers reload, re-apply and retry a bounded number of times.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ctp_state.errors import InvalidKey
+
+#: S3 rejects a DeleteObjects request of more than 1000 keys; moto does not, so the
+#: limit is enforced here.
+#: S3 rejects a DeleteObjects request of more than 1000 keys; moto does not, so the
+#: limit is enforced here.
+MAX_DELETE_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    mtime: float  # seconds since the epoch, as the store reports it
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    deleted: tuple[str, ...] = ()
+    errors: Mapping[str, str] = field(default_factory=dict)  # key -> reason
+
+
+def check_key(key: str) -> str:
+    """Refuse keys that could escape the store root or that backends disagree on."""
+    if not key or key.startswith("/") or key.endswith("/"):
+        raise InvalidKey(key, "must be non-empty and must not start or end with '/'")
+    parts = key.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise InvalidKey(key, "must not contain empty, '.' or '..' parts")
+    if "\x00" in key or "\\" in key:
+        raise InvalidKey(key, "must not contain NUL or backslash")
+    return key
+
+
+class ObjectStore(ABC):
+    """A key-value object store with atomic create. Thread-safe."""
+
+    url: str  # redacted: never carries credentials
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """Return the object's bytes; raise :class:`ObjectNotFound` if it is absent."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Return ``length`` bytes from ``start`` (fewer only at the end of the object)."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Write the object, replacing any previous one, atomically for readers."""
+
+    @abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        """Create the object; raise :class:`KeyExists` if the key exists. Atomic."""
+
+    @abstractmethod
+    def head(self, key: str) -> ObjectInfo | None:
+        """Return the object's size and mtime, or ``None`` if it is absent."""
+
+    @abstractmethod
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Yield objects whose key starts with ``prefix`` and sorts after ``start_after``,
+        in byte-wise key order. Pagination is internal; stop iterating to stop early."""
+
+    @abstractmethod
+    def list_level(self, prefix: str) -> tuple[list[str], list[ObjectInfo]]:
+        """One level under ``prefix`` (which ends in '/'): the next-level "directories"
+        (each ending in '/') and the objects directly at this level, in key order."""
+
+    def list_prefixes(self, prefix: str) -> list[str]:
+        return self.list_level(prefix)[0]
+
+    @abstractmethod
+    def _delete_batch(self, keys: list[str]) -> DeleteResult:
+        """Delete at most :data:`MAX_DELETE_BATCH` keys in one request."""
+
+    def delete_many(self, keys: Iterable[str]) -> DeleteResult:
+        """Delete keys in batches of at most 1000. Absent keys count as deleted (S3
+        semantics); per-key failures are returned, never swallowed."""
+        deleted: list[str] = []
+        errors: dict[str, str] = {}
+        batch: list[str] = []
+        for key in keys:
+            batch.append(check_key(key))
+            if len(batch) == MAX_DELETE_BATCH:
+                res = self._delete_batch(batch)
+                deleted.extend(res.deleted)
+                errors.update(res.errors)
+                batch = []
+        if batch:
+            res = self._delete_batch(batch)
+            deleted.extend(res.deleted)
+            errors.update(res.errors)
+        return DeleteResult(tuple(deleted), errors)
+
+    def sweep_temporary(self, older_than_s: float, now_s: float | None = None) -> int:
+        """Delete what interrupted writes left behind that is older than ``older_than_s``;
+        return how many went. A store whose writes leave nothing behind has nothing to do."""
+        return 0
+
+    def bulk(self) -> ObjectStore:
+        """This store for a caller that paces itself (the GC's lister and deleter): its
+        requests fail on the first throttle or transient error, with the error's code,
+        instead of being retried underneath, so the caller can back off per prefix
+        (:mod:`ctp_state.throttle`). Close it when done if it is not ``self``."""
+        return self
+
+    def close(self) -> None:  # pragma: no cover - default no-op
+        pass

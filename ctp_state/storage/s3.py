@@ -1,0 +1,165 @@
+"""The S3 backend: ``s3://bucket/prefix`` through boto3 (AWS S3, MinIO, moto).
+
+412/409 on a conditional write become one :class:`KeyExists`, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import ParseResult
+
+from ctp_state.errors import ConfigError, KeyExists, ObjectNotFound, StoreError
+from ctp_state.storage.base import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, ObjectStore, check_key
+from ctp_state.storage.settings import S3Settings, redact_url
+
+class S3Store(ObjectStore):
+    """A store under ``s3://bucket/prefix`` through boto3: AWS S3, MinIO, or any server
+    that honours ``If-None-Match: *`` on PUT (all three do)."""
+
+    def __init__(self, bucket: str, prefix: str, client: Any, settings: S3Settings | None = None):
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.url = f"s3://{bucket}/{self.prefix}"
+        self._s3 = client
+        self._settings = settings
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        # Connection failures (BotoCoreError) become StoreError just like HTTP errors.
+        self._ClientError = (ClientError, BotoCoreError)
+
+    def _k(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def _code(self, err: Exception) -> str:
+        resp = getattr(err, "response", {}) or {}
+        return str(resp.get("Error", {}).get("Code", "")) or str(
+            resp.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
+        )
+
+    def _fail(self, op: str, key: str, err: Exception) -> StoreError:
+        code = self._code(err)
+        return StoreError(f"S3 {op} of {key!r} in {self.url} failed: {code or err}", code)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._s3.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()
+        except self._ClientError as e:
+            if self._code(e) in ("NoSuchKey", "404", "NotFound"):
+                raise ObjectNotFound(key) from None
+            raise self._fail("GET", key, e) from None
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise StoreError(f"invalid range start={start} length={length} for {key!r}")
+        if length == 0:
+            return b""
+        try:
+            resp = self._s3.get_object(
+                Bucket=self.bucket, Key=self._k(key), Range=f"bytes={start}-{start + length - 1}"
+            )
+            return resp["Body"].read()
+        except self._ClientError as e:
+            code = self._code(e)
+            if code in ("NoSuchKey", "404", "NotFound"):
+                raise ObjectNotFound(key) from None
+            if code == "InvalidRange":
+                return b""
+            raise self._fail("ranged GET", key, e) from None
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            r = self._s3.head_object(Bucket=self.bucket, Key=self._k(key))
+        except self._ClientError as e:
+            if self._code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise self._fail("HEAD", key, e) from None
+        return ObjectInfo(key, int(r["ContentLength"]), r["LastModified"].timestamp())
+
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=self._k(key), Body=data)
+        except self._ClientError as e:
+            raise self._fail("PUT", key, e) from None
+
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, IfNoneMatch="*")
+        except self._ClientError as e:
+            # 412: the key exists. 409 ConditionalRequestConflict: a concurrent
+            # conditional write to the same key is in flight; it will win or has won.
+            if self._code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                raise KeyExists(key) from None
+            raise self._fail("conditional PUT", key, e) from None
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        if start_after:
+            kwargs["StartAfter"] = self.prefix + start_after
+        n = len(self.prefix)
+        while True:
+            try:
+                page = self._s3.list_objects_v2(**kwargs)
+            except self._ClientError as e:
+                raise self._fail("LIST", prefix or "/", e) from None
+            for obj in page.get("Contents", ()):
+                yield ObjectInfo(obj["Key"][n:], int(obj["Size"]), obj["LastModified"].timestamp())
+            if not page.get("IsTruncated"):
+                return
+            kwargs.pop("StartAfter", None)
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def list_level(self, prefix: str) -> tuple[list[str], list[ObjectInfo]]:
+        if prefix and not prefix.endswith("/"):
+            raise StoreError(f"list_level needs a prefix ending in '/', got {prefix!r}")
+        dirs: list[str] = []
+        files: list[ObjectInfo] = []
+        n = len(self.prefix)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix, "Delimiter": "/"}
+        while True:
+            try:
+                page = self._s3.list_objects_v2(**kwargs)
+            except self._ClientError as e:
+                raise self._fail("LIST", prefix or "/", e) from None
+            dirs.extend(p["Prefix"][n:] for p in page.get("CommonPrefixes", ()))
+            files.extend(ObjectInfo(o["Key"][n:], int(o["Size"]), o["LastModified"].timestamp())
+                         for o in page.get("Contents", ()))
+            if not page.get("IsTruncated"):
+                return dirs, files
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def _delete_batch(self, keys: list[str]) -> DeleteResult:
+        assert len(keys) <= MAX_DELETE_BATCH
+        try:
+            resp = self._s3.delete_objects(
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": self._k(k)} for k in keys], "Quiet": True},
+            )
+        except self._ClientError as e:
+            reason = self._code(e) or "request failed"
+            return DeleteResult((), {k: reason for k in keys})
+        n = len(self.prefix)
+        errors = {e["Key"][n:]: e.get("Code", "error") for e in resp.get("Errors", ())}
+        return DeleteResult(tuple(k for k in keys if k not in errors), errors)
+
+    def bulk(self) -> ObjectStore:
+        if self._settings is None:
+            return self
+        return S3Store(self.bucket, self.prefix, self._settings.client(max_attempts=1))
+
+    def close(self) -> None:
+        self._s3.close()
+
+
+def open_s3(parsed: ParseResult, url: str, env: Mapping[str, str]) -> S3Store:
+    """The opener the registry calls for ``s3://`` URLs; endpoint and credentials come
+    from ``env`` (:meth:`S3Settings.from_env`), never from the URL."""
+    if parsed.username or parsed.password:
+        raise ConfigError(
+            f"credentials in the store URL {redact_url(url)!r} are not allowed; "
+            "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or an Airflow connection"
+        )
+    if not parsed.netloc:
+        raise ConfigError(f"S3 store URL must be s3://bucket/prefix, got {url!r}")
+    settings = S3Settings.from_env(env)
+    return S3Store(parsed.netloc, parsed.path, settings.client(), settings)

@@ -1,0 +1,84 @@
+"""How to reach a store: S3 settings from a mapping, and URL redaction for logs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from ctp_state.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Where and how to reach S3. Credentials are deliberately not part of ``repr``."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    max_attempts: int = 10
+    max_pool_connections: int = 32
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> S3Settings:
+        """Read ``CTP_S3_*`` settings, falling back to the standard ``AWS_*`` names."""
+
+        def pick(*names: str) -> str | None:
+            for name in names:
+                if env.get(name):
+                    return env[name]
+            return None
+
+        attempts = pick("CTP_S3_MAX_ATTEMPTS") or "10"
+        try:
+            max_attempts = int(attempts)
+        except ValueError:
+            raise ConfigError(f"CTP_S3_MAX_ATTEMPTS must be an integer, got {attempts!r}") from None
+        if max_attempts < 1:
+            raise ConfigError(f"CTP_S3_MAX_ATTEMPTS must be >= 1 (attempts per request, the first included), "
+                              f"got {max_attempts}")
+        return cls(
+            endpoint_url=pick("CTP_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+            region=pick("CTP_S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1",
+            access_key_id=pick("CTP_S3_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"),
+            secret_access_key=pick("CTP_S3_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"),
+            session_token=pick("CTP_S3_SESSION_TOKEN", "AWS_SESSION_TOKEN"),
+            max_attempts=max_attempts,
+        )
+
+    def client(self, max_attempts: int | None = None) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        cfg = Config(
+            # Standard retries cover 503 SlowDown, 5xx and connection errors with
+            # exponential backoff and jitter.
+            # total_max_attempts counts the first attempt too (botocore's max_attempts
+            # counts only the retries).
+            retries={"mode": "standard", "total_max_attempts": max_attempts or self.max_attempts},
+            max_pool_connections=self.max_pool_connections,
+            s3={"addressing_style": "path"} if self.endpoint_url else None,
+        )
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=self.region,
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=self.secret_access_key,
+            aws_session_token=self.session_token,
+            config=cfg,
+        )
+
+
+def redact_url(url: str) -> str:
+    """Drop any ``user:password@`` from a URL so it can be logged."""
+    parsed = urlparse(url)
+    if parsed.username or parsed.password:
+        netloc = parsed.hostname or ""
+        if parsed.port:
+            netloc += f":{parsed.port}"
+        return parsed._replace(netloc=netloc).geturl()
+    return url
