@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from ctp_state import layout  # noqa: E402
 from ctp_state.epoch import ClusterEpoch  # noqa: E402
 from ctp_state.gc import compute_m, delete_objects, plan_l0_deletes  # noqa: E402
-from ctp_state.gc_run import GcConfig, gather, run_gc  # noqa: E402
+from ctp_state.gc import GcConfig, gather, run_gc  # noqa: E402
 from ctp_state.storage import LocalStore, ObjectStore, open_store  # noqa: E402
 from ctp_state.topics import create_topic  # noqa: E402
 

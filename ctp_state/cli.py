@@ -480,7 +480,7 @@ def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _gc_config(**kw: Any) -> Any:
-    from ctp_state.gc_run import GcConfig
+    from ctp_state.gc import GcConfig
 
     return GcConfig(**kw)
 
@@ -648,7 +648,7 @@ def demo(store: ObjectStore, as_json: bool, topic_name: str, partitions: int, ro
             spark.stop()
 
     def gc(dry_run: bool) -> dict:
-        from ctp_state.gc_run import GcConfig
+        from ctp_state.gc import GcConfig
         from expectations.job import gc_job, report_dir_from_env
 
         out = gc_job(store, GcConfig(dry_run=dry_run), report_dir_from_env())

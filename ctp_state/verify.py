@@ -31,7 +31,7 @@ from ctp_state import state as sm
 from ctp_state.entries import Init
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
-from ctp_state.gc_history import GcHistory
+from ctp_state.gc.history import GcHistory
 from ctp_state.l1 import parse_l1
 from ctp_state.log import PartitionLog
 from ctp_state.reconcile import summaries

@@ -42,7 +42,7 @@ from ctp_common import GC_ASSET, OWNER, RECONCILE_ASSET, open_store, resolve
 
 
 def _config(params):
-    from ctp_state.gc_run import GcConfig
+    from ctp_state.gc import GcConfig
 
     return GcConfig(dry_run=bool(params["dry_run"]), grace_s=float(params["grace_seconds"]),
                     l1_grace_s=float(params["l1_grace_seconds"]),
@@ -117,7 +117,7 @@ def ctp_gc():
     def collect(verified: dict, params=None) -> dict:
         """Delete L0 <= M (re-checked by the same gate first) and L1 orphans; record the run."""
         from ctp_state.errors import GateFailed, StateUnreadable
-        from ctp_state.gc_run import run_gc
+        from ctp_state.gc import run_gc
         from expectations.gate import GxGate
 
         cfg = resolve()

@@ -50,7 +50,7 @@ from typing import Any
 import pyarrow as pa
 
 from ctp_state.errors import ConfigError
-from ctp_state.gc_run import GateResult
+from ctp_state.gc import GateResult
 from expectations.report import write_atomic
 from expectations.suites import SUITES
 
@@ -206,7 +206,7 @@ def locked(path: str) -> Iterator[None]:
 
 
 class GxGate:
-    """A callable gate for :func:`ctp_state.gc_run.run_gc`: ``GxGate(report_dir)(frames)``.
+    """A callable gate for :func:`ctp_state.gc.run.run_gc`: ``GxGate(report_dir)(frames)``.
 
     With ``store_url`` the report directory is claimed for that store at once
     (:func:`claim`)."""

@@ -1,5 +1,5 @@
 """The GC as one job, shared by ``ctp gc``/``ctp validate`` and the Airflow GC DAG:
-the GX gate around :func:`ctp_state.gc_run.run_gc`, then the report."""
+the GX gate around :func:`ctp_state.gc.run.run_gc`, then the report."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctp_state.errors import GateFailed
-from ctp_state.gc_history import GcHistory
-from ctp_state.gc_run import GcConfig, run_gc, validate
+from ctp_state.gc.history import GcHistory
+from ctp_state.gc import GcConfig, run_gc, validate
 from ctp_state.storage import ObjectStore
 from expectations.gate import GxGate, claim
 from expectations.report import publish, write_summary_page

@@ -1,7 +1,7 @@
 """The GC's expectation suites, as code.
 
 Each suite validates one table the GC builds before it deletes anything
-(``ctp_state.gc_run``):
+(``ctp_state.gc.run``):
 
 ``gc_history``       the passing runs of the GC history, oldest first, plus the
                      candidate row for this run (I3: M non-null, non-decreasing, M < C,

@@ -127,7 +127,7 @@ def main() -> None:
 
     from ctp_state.epoch import ClusterEpoch
     from ctp_state.errors import CtpError
-    from ctp_state.gc_history import GcHistory
+    from ctp_state.gc.history import GcHistory
     from ctp_state.l0 import Record
     from ctp_state.producer import Producer, write_with_retry
     from ctp_state.reconcile import summaries

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ctp_state import layout
-from ctp_state.gc_history import GcHistory
+from ctp_state.gc.history import GcHistory
 from ctp_state.log import PartitionLog
 from tests.airflow.conftest import airflow
 from tests.gc.test_gc_run import l0_keys, reconciled

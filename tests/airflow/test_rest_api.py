@@ -15,7 +15,7 @@ import requests
 
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.gc_history import GcHistory
+from ctp_state.gc.history import GcHistory
 from ctp_state.reconcile import run_reconcile
 from tests.airflow.conftest import BIN, airflow
 from tests.support import produce_rounds

@@ -15,7 +15,7 @@ import time
 
 from ctp_state.entries import AccessMode
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.gc_run import run_gc
+from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer

@@ -12,7 +12,7 @@ import threading
 import time
 
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.gc_run import run_gc
+from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer

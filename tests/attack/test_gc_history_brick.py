@@ -1,7 +1,7 @@
 """Found by adversarial review, now guarded: one damaged GC-history object bricks the GC for good.
 
 ``prepare`` reads the newest ``history_tail`` records and the newest passing run's
-partition view (ctp_state/gc_run.py ``prepare``: ``history.tail``, ``read_partitions``)
+partition view (ctp_state/gc/run.py ``prepare``: ``history.tail``, ``read_partitions``)
 and lets CorruptData / ObjectNotFound escape before anything is appended. So the
 damaged record stays the newest one, every later run fails the same way, and no
 command repairs it (``ctp verify`` reports it; nothing fixes it). Failing one run is
@@ -15,8 +15,8 @@ import pytest
 
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError
-from ctp_state.gc_history import GcHistory, partitions_key, record_key
-from ctp_state.gc_run import run_gc
+from ctp_state.gc.history import GcHistory, partitions_key, record_key
+from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile

@@ -21,7 +21,7 @@ import time
 from ctp_state import layout
 from ctp_state.entries import Placeholder, encode
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.gc_run import GcConfig, run_gc
+from ctp_state.gc import GcConfig, run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import ReconcileConfig, run_reconcile

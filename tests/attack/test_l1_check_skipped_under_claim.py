@@ -1,6 +1,6 @@
 """The GC reads each newly committed L1 file whole "before the L0 objects it came from
 may go" (docs/failure-model.md) -- except for a partition that holds a live claim when
-the GC runs: ``prepare`` (ctp_state/gc_run.py, the ``inputs`` of the L1 sweep) leaves
+the GC runs: ``prepare`` (ctp_state/gc/run.py, the ``inputs`` of the L1 sweep) leaves
 such a partition out of the sweep, so its new L1 files are not read this run, while M,
 computed from every partition's lower bound, still covers the L0 objects they came
 from, and those are deleted.
@@ -18,7 +18,7 @@ import random
 
 from ctp_state.entries import AccessMode
 from ctp_state.errors import CtpError
-from ctp_state.gc_run import run_gc
+from ctp_state.gc import run_gc
 from ctp_state.log import PartitionLog
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile

@@ -16,7 +16,7 @@ import random
 import pytest
 
 from ctp_state.errors import CtpError, GateFailed
-from ctp_state.gc_run import run_gc
+from ctp_state.gc import run_gc
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
 from ctp_state.verify import verify

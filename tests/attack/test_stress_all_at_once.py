@@ -12,7 +12,7 @@ import time
 
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, GateFailed
-from ctp_state.gc_run import GateResult, GcConfig, run_gc
+from ctp_state.gc import GateResult, GcConfig, run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition

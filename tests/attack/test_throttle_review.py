@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from ctp_state import gc as G
+from ctp_state.gc import delete as G
 from ctp_state import layout
 from ctp_state.errors import StoreError
 from ctp_state.gc import delete_objects, scan_prefix

@@ -13,7 +13,7 @@ import pytest
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError
-from ctp_state.gc_run import run_gc
+from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile

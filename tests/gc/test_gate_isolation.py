@@ -25,9 +25,9 @@ import pytest
 
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ConfigError
-from ctp_state.gc_history import GcHistory
-from ctp_state.gc_l1 import L1_CHECK_SCHEMA
-from ctp_state.gc_run import STATE_SCHEMA, GcConfig, history_table
+from ctp_state.gc.history import GcHistory
+from ctp_state.gc.l1 import L1_CHECK_SCHEMA
+from ctp_state.gc import STATE_SCHEMA, GcConfig, history_table
 from ctp_state.log import PartitionLog
 from ctp_state.read import committed_l1_keys
 from ctp_state.storage import ObjectStore, open_store
@@ -270,7 +270,7 @@ def test_gate_runs_are_named_by_the_gc_run_and_keep_their_own_pages(store, tmp_p
     """Each gate run's validation pages sit under its GC run id (not ``__none__``), the
     history record points at the run's page, every page reads offline, and the site
     keeps the newest ``keep_runs`` runs."""
-    from ctp_state.gc_run import run_gc
+    from ctp_state.gc import run_gc
     from expectations.gate import GxGate
 
     gate = GxGate(str(tmp_path / "report"), keep_runs=2)

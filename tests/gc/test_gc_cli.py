@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.gc_history import GcHistory
+from ctp_state.gc.history import GcHistory
 from tests.core.test_cli import CTP, ctp, ok
 from tests.support import assert_exactly_once, produce_rounds
 

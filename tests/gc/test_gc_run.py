@@ -10,11 +10,12 @@ import re
 import pyarrow as pa
 import pytest
 
-from ctp_state import gc_l1, layout
+from ctp_state import layout
+from ctp_state.gc import l1 as gc_l1
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, GateFailed, StoreError
-from ctp_state.gc_history import GcHistory, partitions_key
-from ctp_state.gc_run import GcConfig, prepare, run_gc
+from ctp_state.gc.history import GcHistory, partitions_key
+from ctp_state.gc import GcConfig, prepare, run_gc
 from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer

@@ -10,7 +10,7 @@ import pytest
 
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.gc_run import GcConfig, run_gc
+from ctp_state.gc import GcConfig, run_gc
 from ctp_state.storage import open_store
 from expectations.gate import GxGate
 from tests.conftest import proxy_env

@@ -18,7 +18,7 @@ import pytest
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, CtpError
-from ctp_state.gc_run import run_gc
+from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
@@ -152,7 +152,7 @@ def test_a_corrupt_newest_entry_stops_the_gc_even_with_a_fresh_summary(store, ga
         run_gc(store, gate=gate)
     assert l0_keys(store) == before
     # The run is on record, with the partition that stopped it.
-    from ctp_state.gc_history import GcHistory
+    from ctp_state.gc.history import GcHistory
 
     last = GcHistory(store).tail(1)[0]
     assert last["status"] == "failed" and newest in last["error"]

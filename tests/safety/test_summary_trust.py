@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.gc_run import GcConfig, run_gc
+from ctp_state.gc import GcConfig, run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile

@@ -33,7 +33,7 @@ from typing import Any
 
 from ctp_state import layout
 from ctp_state.errors import CtpError
-from ctp_state.gc_history import GcHistory
+from ctp_state.gc.history import GcHistory
 from ctp_state.storage import LocalStore, ObjectStore, open_store
 from ctp_state.topics import create_topic
 from tests.sim.model import (ACTORS, PRODUCERS, TOPIC, Ledger, Params, Step, check_history_monotonic, check_read,

@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ctp_state.gc_history import PASSED
+from ctp_state.gc.history import PASSED
 from ctp_state.l0 import Record
 
 TOPIC = "sim"

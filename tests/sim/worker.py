@@ -130,7 +130,7 @@ class Worker:
                              if p["status"] in ("quarantined", "fenced", "error", "claim_held")][:5]}
 
     def gc(self, l1_grace_s: float, max_deletes: int | None, full: bool = False) -> dict[str, Any]:
-        from ctp_state.gc_run import GcConfig, run_gc
+        from ctp_state.gc import GcConfig, run_gc
         from expectations.gate import GxGate
 
         try:

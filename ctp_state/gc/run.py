@@ -26,8 +26,6 @@ nothing half-done that matters: deletes are idempotent and the next run lists ag
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 import logging
 import math
 import time
@@ -38,26 +36,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from ctp_state import gc_l1, layout
-from ctp_state import state as sm
-from ctp_state.entries import AccessMode
-from ctp_state.epoch import ClusterEpoch
+from ctp_state import layout
+from ctp_state.gc import l1 as gc_l1
 from ctp_state.errors import CorruptData, CtpError, GateFailed, ObjectNotFound, StateUnreadable
-from ctp_state.gc import (
-    GcCounters,
-    Holdback,
-    MDecision,
-    compute_m,
-    delete_objects,
-    plan_l0_deletes,
-)
-from ctp_state.gc_history import PARTITION_SCHEMA, PASSED, GcHistory, high_water
-from ctp_state.reconcile import state_fields, summaries
-from ctp_state.status import select_topics, try_read_partition_states, unaccounted_logs
+from ctp_state.gc.m import Holdback, MDecision, compute_m
+from ctp_state.gc.delete import GcCounters, delete_objects, plan_l0_deletes
+from ctp_state.gc.history import PASSED, GcHistory, high_water
+from ctp_state.gc.inputs import PartitionView, gather, m_digest, newest_summary, quarantined_of
+from ctp_state.gc.tables import history_table, partition_view_table, state_table
 from ctp_state.storage import ObjectStore
 
 log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class GcConfig:
@@ -93,141 +82,6 @@ class GateResult:
 
 
 Gate = Callable[[dict[str, pa.Table]], GateResult]
-
-
-@dataclass(frozen=True)
-class PartitionView:
-    """What the GC knows of one partition; duck-types the parts of PartitionState that
-    :func:`compute_m` reads."""
-
-    topic: str
-    partition: int
-    source: str  # where the view came from: "log" (a partition's own state log)
-    initialized: bool
-    min_epoch_lower_bound: int | None
-    previous_applied_epoch: int | None
-    max_applied_epoch: int | None
-    last_reconciled_offset: int
-    log_end_offset: int
-    lag_entries: int
-    lag_records: int
-    lag_bytes: int
-    holders: tuple[sm.Holder, ...]
-    #: The smallest epoch of an accepted placeholder not reconciled yet (None: none).
-    min_pending_epoch: int | None = None
-    l1_ends: tuple[int, ...] = ()  # the state's committed L1 files (shared, not copied)
-    l1_crcs: tuple[int | None, ...] = ()
-
-    def l1_after(self, w: int) -> tuple[sm.L1Ref, ...]:
-        """The committed L1 files whose records come after offset ``w``."""
-        i = bisect.bisect_right(self.l1_ends, w)
-        first = self.l1_ends[i - 1] + 1 if i else 0
-        out = []
-        for last, crc in zip(self.l1_ends[i:], self.l1_crcs[i:]):
-            out.append(sm.L1Ref(layout.l1_key(self.topic, self.partition, first, last), first, last, crc))
-            first = last + 1
-        return tuple(out)
-
-    @property
-    def m(self) -> int | None:
-        return None if self.min_epoch_lower_bound is None else self.min_epoch_lower_bound - 1
-
-    @classmethod
-    def of_state(cls, s: sm.PartitionState) -> PartitionView:
-        f = state_fields(s)
-        holders = tuple(sm.Holder(o, AccessMode(m), 0, int(lu)) for o, m, lu in f["holders"])
-        return cls(s.topic, s.partition, "log", f["initialized"], f["min_epoch_lower_bound"],
-                   f["previous_applied_epoch"], f["max_applied_epoch"], f["last_reconciled_offset"],
-                   f["log_end_offset"], f["lag_entries"], f["lag_records"], f["lag_bytes"], holders,
-                   f["min_pending_epoch"], s.l1_ends, s.l1_crcs)
-
-
-# --- inputs ----------------------------------------------------------------------------------
-
-
-def newest_summary(store: ObjectStore) -> dict[str, Any] | None:
-    """The newest reconcile run summary by the store's sequence, for R7 annotations
-    only; a summary that does not read is skipped (it cannot change M)."""
-    try:
-        return summaries(store).newest()
-    except CtpError as e:
-        log.warning("ignoring the newest reconcile summary: %s", e)
-        return None
-
-
-def gather(store: ObjectStore, *, threads: int = 32) -> tuple[int, list[PartitionView]]:
-    """C first, then every partition's state from its log (R4). Raises
-    :class:`StateUnreadable`, naming every partition that does not read, if any."""
-    c = ClusterEpoch(store).current()
-    topics = select_topics(store)
-    wanted = [(t.name, p) for t in topics for p in range(t.partitions)]
-    states, problems = try_read_partition_states(store, wanted, threads=threads)
-    problems += unaccounted_logs(store, topics)
-    if problems:
-        raise StateUnreadable(problems)
-    return c, [PartitionView.of_state(s) for s in states]  # type: ignore[arg-type]
-
-
-def quarantined_of(summary: dict[str, Any] | None) -> dict[tuple[str, int], tuple[str | None, str]]:
-    if not summary:
-        return {}
-    return {(p["topic"], p["partition"]): (p.get("key"), p.get("reason") or "quarantined")
-            for p in summary.get("partitions", []) if p.get("status") == "quarantined"}
-
-
-def m_digest(views: list[PartitionView]) -> str:
-    h = hashlib.sha256()
-    for v in sorted(views, key=lambda v: (v.topic, v.partition)):
-        h.update(f"{v.topic}/{v.partition}:{v.m}\n".encode())
-    return h.hexdigest()
-
-
-# --- the tables the gate checks ----------------------------------------------------------------
-
-HISTORY_SCHEMA = pa.schema([
-    ("seq", pa.int64()), ("candidate", pa.bool_()), ("status", pa.string()), ("m", pa.int64()),
-    ("cluster_epoch", pa.int64()), ("m_high_water_before", pa.int64()), ("started_ms", pa.int64()),
-    ("run_id", pa.string()),
-])
-STATE_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("source", pa.string()),
-    ("min_epoch_lower_bound", pa.int64()), ("previous_min_epoch_lower_bound", pa.int64()),
-    ("previous_applied_epoch", pa.int64()), ("max_applied_epoch", pa.int64()),
-    ("min_pending_epoch", pa.int64()), ("candidate_m", pa.int64()),
-])
-
-
-def history_table(tail: list[dict[str, Any]], candidate: dict[str, Any]) -> pa.Table:
-    rows = [{"seq": r["seq"], "candidate": False, "status": r["status"], "m": r.get("m"),
-             "cluster_epoch": r.get("cluster_epoch"), "m_high_water_before": r.get("m_high_water_before"),
-             "started_ms": r.get("started_ms"), "run_id": r.get("run_id")}
-            for r in tail if r.get("status") in PASSED]
-    rows.append({**candidate, "candidate": True, "status": "candidate"})
-    return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
-
-
-def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int], m: int | None = None) -> pa.Table:
-    return pa.Table.from_pylist([
-        {"topic": v.topic, "partition": v.partition, "source": v.source,
-         "min_epoch_lower_bound": v.min_epoch_lower_bound,
-         "previous_min_epoch_lower_bound": previous.get((v.topic, v.partition)),
-         "previous_applied_epoch": v.previous_applied_epoch, "max_applied_epoch": v.max_applied_epoch,
-         "min_pending_epoch": v.min_pending_epoch, "candidate_m": m}
-        for v in views], schema=STATE_SCHEMA)
-
-
-def partition_view_table(views: list[PartitionView], sweeps: dict[tuple[str, int], tuple[int, int]]) -> pa.Table:
-    return pa.Table.from_pylist([
-        {"topic": v.topic, "partition": v.partition, "source": v.source, "m": v.m,
-         "min_epoch_lower_bound": v.min_epoch_lower_bound, "previous_applied_epoch": v.previous_applied_epoch,
-         "max_applied_epoch": v.max_applied_epoch, "last_reconciled_offset": v.last_reconciled_offset,
-         "log_end_offset": v.log_end_offset, "lag_entries": v.lag_entries, "lag_bytes": v.lag_bytes,
-         "l1_swept_through": sweeps.get((v.topic, v.partition), (-1, -1))[0],
-         "l1_swept_log_end": sweeps.get((v.topic, v.partition), (-1, -1))[1]}
-        for v in views], schema=PARTITION_SCHEMA)
-
-
-# --- the run -----------------------------------------------------------------------------------
 
 
 def _holdback(h: Holdback) -> dict[str, Any]:

@@ -1,0 +1,44 @@
+"""Garbage collection: M, the gate's tables, deletes, L1 orphans and the history.
+
+- :mod:`.m` -- the safe epoch M = min(C - 1, min M(p)) and who holds it back (R4, R7);
+- :mod:`.inputs` -- C, then every partition's state from its log, as the GC sees it;
+- :mod:`.tables` -- the Arrow tables the Great Expectations gate checks;
+- :mod:`.delete` -- listing L0 up to M per spread prefix and deleting it, paced (AIMD);
+- :mod:`.l1` -- new committed L1 files checked, L1 orphans collected;
+- :mod:`.history` -- the append-only GC history and each run's partition view;
+- :mod:`.run` -- one run: inputs, M, gate, deletes, record.
+"""
+
+from ctp_state.gc.delete import GcCounters, backoff_delay, delete_objects, plan_l0_deletes, scan_prefix, spread_of
+from ctp_state.gc.history import PASSED, GcHistory, high_water
+from ctp_state.gc.inputs import PartitionView, gather
+from ctp_state.gc.m import Holdback, MDecision, compute_m
+from ctp_state.gc.run import Gate, GateResult, GcConfig, prepare, run_gc, validate
+from ctp_state.gc.tables import HISTORY_SCHEMA, STATE_SCHEMA, history_table, state_table
+
+__all__ = [
+    "HISTORY_SCHEMA",
+    "PASSED",
+    "STATE_SCHEMA",
+    "Gate",
+    "GateResult",
+    "GcConfig",
+    "GcCounters",
+    "GcHistory",
+    "Holdback",
+    "MDecision",
+    "PartitionView",
+    "backoff_delay",
+    "compute_m",
+    "delete_objects",
+    "gather",
+    "high_water",
+    "history_table",
+    "plan_l0_deletes",
+    "prepare",
+    "run_gc",
+    "scan_prefix",
+    "spread_of",
+    "state_table",
+    "validate",
+]

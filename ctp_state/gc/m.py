@@ -1,0 +1,81 @@
+"""The safe epoch M (R4, R7) and who holds it back.
+
+M = min(C - 1, min over partitions of M(p)), with C read before any partition. A
+partition created after C was read starts at an epoch >= C, so it cannot hold data
+this M deletes; stale inputs only make M smaller. A partition whose ``init`` entry is
+missing (a topic creation still running, or crashed) blocks collection entirely:
+its first epoch is not known yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ctp_state import state as sm
+
+
+
+@dataclass(frozen=True, slots=True)
+class Holdback:
+    """One reason M is not higher: a partition (or the cluster epoch) at M."""
+
+    topic: str | None  # None: the cluster epoch itself (M = C - 1)
+    partition: int | None
+    m: int | None
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MDecision:
+    cluster_epoch: int
+    m: int | None  # None: nothing may be collected this run
+    held_by: tuple[Holdback, ...]
+    partitions: int
+
+
+def compute_m(
+    cluster_epoch: int,
+    states: Sequence[sm.PartitionState],
+    *,
+    now_ms: int,
+    quarantined: Mapping[tuple[str, int], tuple[str | None, str]] | None = None,
+) -> MDecision:
+    """R4 over states read *after* ``cluster_epoch``; R7 reasons for the partitions at M.
+
+    ``quarantined`` maps (topic, partition) to (L0 key, reason) from the newest
+    reconcile summary. Pure.
+    """
+    quarantined = quarantined or {}
+    missing = [s for s in states if not s.initialized]
+    if missing:
+        held = tuple(
+            Holdback(s.topic, s.partition, None, ("partition has no init entry: topic creation is unfinished "
+                                                  "(run `ctp topic create` again); collection waits",))
+            for s in missing
+        )
+        return MDecision(cluster_epoch, None, held, len(states))
+    m = min([cluster_epoch - 1] + [s.m for s in states])  # type: ignore[type-var]
+    held: list[Holdback] = []
+    if cluster_epoch - 1 == m:
+        held.append(Holdback(None, None, m, (f"cluster epoch C={cluster_epoch}: M < C always",)))
+    for s in states:
+        # At M = C - 1 the cluster epoch is what holds M; a partition there is not behind.
+        if s.m != m or m == cluster_epoch - 1:
+            continue
+        reasons: list[str] = []
+        if (s.topic, s.partition) in quarantined:
+            key, why = quarantined[(s.topic, s.partition)]
+            reasons.append(f"quarantined: {why}" + (f" (L0 key {key})" if key else ""))
+        if s.lag_entries:
+            reasons.append(f"reconciler lag: {s.lag_entries} placeholders, {s.lag_records} records, "
+                           f"{s.lag_bytes} bytes")
+        for h in s.holders:
+            if h.lease_until_ms <= now_ms:
+                reasons.append(f"stuck claim: {h.owner} ({h.mode.value}) lease ran out at {h.lease_until_ms} ms")
+            else:
+                reasons.append(f"claim held by {h.owner} ({h.mode.value}) until {h.lease_until_ms} ms")
+        if not reasons:
+            reasons.append("idle: lower bound not advanced yet (the next reconcile advances it, R6)")
+        held.append(Holdback(s.topic, s.partition, m, tuple(reasons)))
+    return MDecision(cluster_epoch, m, tuple(held), len(states))

@@ -1,0 +1,58 @@
+"""The tables the gate checks (Arrow, built from the run's inputs) and the partition
+view the history keeps."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from typing import Any
+
+import pyarrow as pa
+
+from ctp_state.gc.history import PARTITION_SCHEMA, PASSED
+
+if TYPE_CHECKING:
+    from ctp_state.gc.inputs import PartitionView
+
+
+HISTORY_SCHEMA = pa.schema([
+    ("seq", pa.int64()), ("candidate", pa.bool_()), ("status", pa.string()), ("m", pa.int64()),
+    ("cluster_epoch", pa.int64()), ("m_high_water_before", pa.int64()), ("started_ms", pa.int64()),
+    ("run_id", pa.string()),
+])
+STATE_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("source", pa.string()),
+    ("min_epoch_lower_bound", pa.int64()), ("previous_min_epoch_lower_bound", pa.int64()),
+    ("previous_applied_epoch", pa.int64()), ("max_applied_epoch", pa.int64()),
+    ("min_pending_epoch", pa.int64()), ("candidate_m", pa.int64()),
+])
+
+
+def history_table(tail: list[dict[str, Any]], candidate: dict[str, Any]) -> pa.Table:
+    rows = [{"seq": r["seq"], "candidate": False, "status": r["status"], "m": r.get("m"),
+             "cluster_epoch": r.get("cluster_epoch"), "m_high_water_before": r.get("m_high_water_before"),
+             "started_ms": r.get("started_ms"), "run_id": r.get("run_id")}
+            for r in tail if r.get("status") in PASSED]
+    rows.append({**candidate, "candidate": True, "status": "candidate"})
+    return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
+
+
+def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int], m: int | None = None) -> pa.Table:
+    return pa.Table.from_pylist([
+        {"topic": v.topic, "partition": v.partition, "source": v.source,
+         "min_epoch_lower_bound": v.min_epoch_lower_bound,
+         "previous_min_epoch_lower_bound": previous.get((v.topic, v.partition)),
+         "previous_applied_epoch": v.previous_applied_epoch, "max_applied_epoch": v.max_applied_epoch,
+         "min_pending_epoch": v.min_pending_epoch, "candidate_m": m}
+        for v in views], schema=STATE_SCHEMA)
+
+
+def partition_view_table(views: list[PartitionView], sweeps: dict[tuple[str, int], tuple[int, int]]) -> pa.Table:
+    return pa.Table.from_pylist([
+        {"topic": v.topic, "partition": v.partition, "source": v.source, "m": v.m,
+         "min_epoch_lower_bound": v.min_epoch_lower_bound, "previous_applied_epoch": v.previous_applied_epoch,
+         "max_applied_epoch": v.max_applied_epoch, "last_reconciled_offset": v.last_reconciled_offset,
+         "log_end_offset": v.log_end_offset, "lag_entries": v.lag_entries, "lag_bytes": v.lag_bytes,
+         "l1_swept_through": sweeps.get((v.topic, v.partition), (-1, -1))[0],
+         "l1_swept_log_end": sweeps.get((v.topic, v.partition), (-1, -1))[1]}
+        for v in views], schema=PARTITION_SCHEMA)
