@@ -36,8 +36,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from ctp_state import layout  # noqa: E402
 from ctp_state.epoch import ClusterEpoch  # noqa: E402
-from ctp_state.gc import compute_m, delete_objects, plan_l0_deletes  # noqa: E402
-from ctp_state.gc import GcConfig, gather, run_gc  # noqa: E402
+from ctp_state.gc import compute_m, delete_objects, gather, plan_l0_deletes, run_gc  # noqa: E402  # noqa: E402
+from ctp_state.settings import GcSettings  # noqa: E402
 from ctp_state.storage import LocalStore, ObjectStore, open_store  # noqa: E402
 from ctp_state.topics import create_topic  # noqa: E402
 
@@ -72,7 +72,7 @@ def ctp_growth(root: str, live: int, garbage: int) -> dict:
     from expectations.gate import GxGate
 
     t0 = time.perf_counter()
-    rec = run_gc(store, gate=GxGate(os.path.join(root, "..", "report")), config=GcConfig())
+    rec = run_gc(store, gate=GxGate(os.path.join(root, "..", "report")), config=GcSettings())
     full = time.perf_counter() - t0
     assert rec["deleted"] == garbage, rec
     return {"l0_gc_s": round(core, 4), "run_gc_with_gate_s": round(full, 3), "listed": c.listed}

@@ -31,7 +31,8 @@ from ctp_state.epoch import ClusterEpoch  # noqa: E402
 from ctp_state.l0 import Record  # noqa: E402
 from ctp_state.l1 import L1File, build_file  # noqa: E402
 from ctp_state.producer import Producer  # noqa: E402
-from ctp_state.reconcile import ReconcileConfig, plan_files, run_reconcile  # noqa: E402
+from ctp_state.reconcile import plan_files, run_reconcile  # noqa: E402
+from ctp_state.settings import ReconcileSettings  # noqa: E402
 from ctp_state.status import read_states, select_topics  # noqa: E402
 from ctp_state.storage import open_store  # noqa: E402
 from ctp_state.topics import create_topic  # noqa: E402
@@ -116,7 +117,7 @@ def main() -> None:
                      "partitions": args.partitions, "value_size": args.value_size}
         out["produce"] = produce(store, args.gib, args.partitions, args.value_size, args.flush_records)
         states = read_states(store, select_topics(store))
-        cfg = ReconcileConfig()
+        cfg = ReconcileSettings()
         files = [f for s in states for f in plan_files(s, cfg.target_file_bytes)]
         out["l1_files"] = len(files)
         out["raw_1_thread"] = raw(store, files, 1, f"{work}/raw1")

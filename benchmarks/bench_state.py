@@ -23,9 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from ctp_state import layout  # noqa: E402
 from ctp_state import state as sm  # noqa: E402
 from ctp_state.entries import AccessMode, Claim, Placeholder, encode  # noqa: E402
-from ctp_state import layout  # noqa: E402
 from ctp_state.fence import EpochFence  # noqa: E402
 from ctp_state.log import PartitionLog  # noqa: E402
 from ctp_state.status import read_states  # noqa: E402

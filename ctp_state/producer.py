@@ -33,8 +33,14 @@ from ctp_state import layout, validate
 from ctp_state import state as sm
 from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch, EpochCache
-from ctp_state.errors import (CtpError, OutcomeUnknown, OutOfOrderSequence, Rejected, SequenceConflict,
-                              UnverifiableDuplicate)
+from ctp_state.errors import (
+    CtpError,
+    OutcomeUnknown,
+    OutOfOrderSequence,
+    Rejected,
+    SequenceConflict,
+    UnverifiableDuplicate,
+)
 from ctp_state.fence import EpochFence
 from ctp_state.l0 import ChunkRef, Record, build_object
 from ctp_state.log import PartitionLog

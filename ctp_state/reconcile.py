@@ -41,6 +41,7 @@ from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, O
 from ctp_state.l1 import L1File, build_file
 from ctp_state.log import PartitionLog
 from ctp_state.sequence import DenseSequence
+from ctp_state.settings import ReconcileSettings
 from ctp_state.status import select_topics, try_read_partition_states
 from ctp_state.storage import ObjectStore
 
@@ -51,27 +52,6 @@ SUMMARY_VERSION = 2
 def summaries(store: ObjectStore) -> DenseSequence:
     """The reconcile run summaries, oldest first by seq."""
     return DenseSequence(store, RUNS_PREFIX, "reconcile run summary")
-MiB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class ReconcileConfig:
-    target_file_bytes: int = 128 * MiB
-    max_bytes_per_partition: int | None = None  # per run; None = everything pending
-    idle_lag: int = 2  # advance idle partitions whose lower bound is this far behind C
-    lease_ms: int = 15 * 60 * 1000
-    claim_wait_s: float = 0.0  # 0: exclusive (skip a held partition); >0: wait for it
-    threads: int = 16  # driver-side claim/commit concurrency
-    compression: str = "zstd"
-
-    def __post_init__(self) -> None:
-        if self.target_file_bytes < 1:
-            raise ValueError("target file size must be >= 1 byte")
-        if self.idle_lag < 1:
-            raise ValueError("idle lag must be >= 1 epoch")
-        if self.max_bytes_per_partition is not None and self.max_bytes_per_partition < 1:
-            raise ValueError("max bytes per partition must be >= 1")
-
 
 # --- pure planning -------------------------------------------------------------------------
 
@@ -158,10 +138,11 @@ def build_files_locally(store: ObjectStore, files: Sequence[L1File], *, threads:
         return list(pool.map(lambda job: build_one(store, job[0], job[1], compression), enumerate(files)))
 
 
-def build_one(store: ObjectStore, index: int, f: L1File, compression: str = "zstd") -> dict:
+def build_one(store: ObjectStore, index: int, f: L1File, compression: str = "zstd",
+              profile_dir: str | None = None) -> dict:
     """Build one L1 file; a data error becomes a result, not an exception, so one bad
-    partition does not fail the others."""
-    profile_dir = os.environ.get("CTP_PROFILE_DIR")
+    partition does not fail the others. With ``profile_dir``, a cProfile of the build
+    is written there."""
     try:
         if profile_dir:  # where does a worker's time go? (benchmarks/bench_reconcile.py --profile)
             import cProfile
@@ -181,7 +162,7 @@ def run_reconcile(
     store: ObjectStore,
     *,
     topics: Sequence[str] | None = None,
-    config: ReconcileConfig = ReconcileConfig(),
+    config: ReconcileSettings = ReconcileSettings(),
     map_files: Callable[[list[L1File]], list[dict]] | None = None,
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
 ) -> dict[str, Any]:
@@ -251,7 +232,7 @@ def _release_if_held(log: PartitionLog, owner: str) -> None:
         pass  # the lease runs out by itself
 
 
-def _build_and_commit(store: ObjectStore, c: int, config: ReconcileConfig, owner: str,
+def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, owner: str,
                       claimed: list[tuple[PartitionLog, sm.PartitionState]],
                       reports: dict[tuple[str, int], PartitionReport], released: set[tuple[str, int]],
                       map_files: Callable[[list[L1File]], list[dict]],
@@ -338,7 +319,7 @@ def _pmap(fn: Callable, items: Sequence, threads: int) -> list:
         return list(pool.map(fn, items))
 
 
-def _summarize(run_id: str, started_ms: int, c: int, config: ReconcileConfig,
+def _summarize(run_id: str, started_ms: int, c: int, config: ReconcileSettings,
                reports: dict[tuple[str, int], PartitionReport]) -> dict[str, Any]:
     parts = [vars(r) for _, r in sorted(reports.items())]
     count = lambda status: sum(1 for p in parts if p["status"] == status)  # noqa: E731

@@ -40,8 +40,8 @@ from ctp_state.errors import (
     SequenceConflict,
     StaleClusterEpoch,
     UnknownWriterEpoch,
-    UnverifiableDuplicate,
     UnsupportedVersion,
+    UnverifiableDuplicate,
     WriterFenced,
 )
 

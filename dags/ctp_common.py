@@ -18,9 +18,13 @@ Configuration, first match wins:
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from airflow.sdk import Asset
+from airflow.sdk import Asset, Param
+
+from ctp_state.settings import options
 
 #: Updated by the epoch DAG after every advance; the reconcile DAG runs on it.
 EPOCH_ASSET = Asset("ctp://cluster/epoch", group="ctp")
@@ -85,6 +89,25 @@ def open_store(cfg: CtpConfig):
     from ctp_state.storage import open_store as _open
 
     return _open(cfg.store, {**os.environ, **cfg.env})
+
+
+def settings_params(cls: type[Any], only: Sequence[str]) -> dict[str, Param]:
+    """Trigger-form Params generated from a settings class (``ctp_state.settings``):
+    names, defaults, limits and help are defined there once, as for the CLI and the
+    Spark app; ``ctp_state.settings.from_options(cls, params)`` reads them back."""
+    out = {}
+    for o in options(cls, only):
+        k = o.knob
+        kind = {bool: "boolean", int: "integer", float: "number", str: "string"}[k.kind]
+        schema: dict[str, Any] = {"type": kind if o.default is not None else ["null", kind]}
+        if k.minimum is not None:
+            schema["minimum"] = k.minimum
+        if k.above is not None:
+            schema["exclusiveMinimum"] = k.above
+        if k.choices:
+            schema["enum"] = list(k.choices)
+        out[o.name] = Param(o.default, description=k.help, **schema)
+    return out
 
 
 def repo_path(*parts: str) -> str:

@@ -24,7 +24,6 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import dag, task
-
 from ctp_common import EPOCH_ASSET, OWNER, open_store, resolve
 
 INTERVAL = timedelta(minutes=float(os.environ.get("CTP_EPOCH_INTERVAL_MINUTES", "5")))

@@ -37,17 +37,17 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import Param, dag, task
+from ctp_common import GC_ASSET, OWNER, RECONCILE_ASSET, open_store, resolve, settings_params
 
-from ctp_common import GC_ASSET, OWNER, RECONCILE_ASSET, open_store, resolve
+from ctp_state.settings import GcSettings
 
 
 def _config(params):
-    from ctp_state.gc import GcConfig
+    from dataclasses import replace
 
-    return GcConfig(dry_run=bool(params["dry_run"]), grace_s=float(params["grace_seconds"]),
-                    l1_grace_s=float(params["l1_grace_seconds"]),
-                    max_deletes=params["max_deletes"] or None,
-                    sweep_topics=tuple(params["topics"]) or None)
+    from ctp_state.settings import GcSettings, from_options
+
+    return replace(from_options(GcSettings, params), sweep_topics=tuple(params["topics"]) or None)
 
 
 @dag(
@@ -59,14 +59,9 @@ def _config(params):
     tags=["ctp", "gc", "great_expectations"],
     doc_md=__doc__,
     params={
-        "dry_run": Param(False, type="boolean", description="Compute M and what would be deleted; delete nothing."),
+        **settings_params(GcSettings, ["dry_run", "max_deletes", "grace_s", "l1_grace_s"]),
         "topics": Param([], type="array", items={"type": "string"},
                         description="Sweep L1 orphans only in these topics (M is always cluster-wide)."),
-        "max_deletes": Param(0, type="integer", minimum=0,
-                             description="Delete at most this many L0 objects, lowest epochs first (0: no limit)."),
-        "grace_seconds": Param(0, type="number", minimum=0, description="Leave L0 objects younger than this."),
-        "l1_grace_seconds": Param(3600, type="number", minimum=0,
-                                  description="Leave uncommitted L1 files younger than this."),
         "publish_report": Param(False, type="boolean", description="Also copy the report into the store."),
         "verify": Param(False, type="boolean",
                         description="Run `ctp verify` (every checksum and reference; slow) before deleting."),

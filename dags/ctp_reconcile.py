@@ -31,8 +31,12 @@ from datetime import timedelta
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag
+from ctp_common import EPOCH_ASSET, OWNER, RECONCILE_ASSET, SPARK_CONN_ID, repo_path, resolve, settings_params
 
-from ctp_common import EPOCH_ASSET, OWNER, RECONCILE_ASSET, SPARK_CONN_ID, repo_path, resolve
+from ctp_state.settings import ReconcileSettings, from_options, to_args
+
+#: The knobs the trigger form offers (the Spark app takes them all).
+FORM = ["target_file_bytes", "max_bytes_per_partition", "idle_lag", "claim_wait_s"]
 
 # A cron string in $CTP_RECONCILE_SCHEDULE replaces the Asset schedule.
 SCHEDULE = os.environ.get("CTP_RECONCILE_SCHEDULE") or [EPOCH_ASSET]
@@ -45,7 +49,7 @@ class CtpSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context):
         cfg = resolve()
         p = context["params"]
-        args = ["--store", cfg.store, "--target-file-mb", str(p["target_file_mb"]), "--idle-lag", str(p["idle_lag"])]
+        args = ["--store", cfg.store, *to_args(from_options(ReconcileSettings, p), FORM)]
         for t in p.get("topics") or []:
             args += ["--topic", t]
         self.application_args = args
@@ -64,9 +68,7 @@ class CtpSparkSubmitOperator(SparkSubmitOperator):
     params={
         "topics": Param([], type="array", items={"type": "string"},
                         description="Only these topics; empty for all."),
-        "target_file_mb": Param(128, type="number", minimum=1, description="Target L1 file size (MiB)."),
-        "idle_lag": Param(2, type="integer", minimum=1,
-                          description="Advance idle partitions whose lower bound is this many epochs behind C (R6)."),
+        **settings_params(ReconcileSettings, FORM),
     },
     default_args={"owner": OWNER, "retries": 2, "retry_delay": timedelta(minutes=1),
                   "execution_timeout": timedelta(hours=2)},

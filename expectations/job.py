@@ -4,13 +4,14 @@ the GX gate around :func:`ctp_state.gc.run.run_gc`, then the report."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ctp_state.errors import GateFailed
+from ctp_state.gc import run_gc, validate
 from ctp_state.gc.history import GcHistory
-from ctp_state.gc import GcConfig, run_gc, validate
+from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
 from expectations.gate import GxGate, claim
 from expectations.report import publish, write_summary_page
@@ -19,8 +20,8 @@ DEFAULT_REPORT_DIR = "ctp-report"
 REPORT_RUNS = 200  # runs shown on the summary page
 
 
-def report_dir_from_env(env: dict[str, str] | os._Environ[str] | None = None) -> str:
-    env = os.environ if env is None else env
+def report_dir_from_env(env: Mapping[str, str]) -> str:
+    """``$CTP_REPORT_DIR`` from the caller's environment, else ``./ctp-report``."""
     return os.path.abspath(env.get("CTP_REPORT_DIR") or DEFAULT_REPORT_DIR)
 
 
@@ -41,7 +42,7 @@ def write_report(store: ObjectStore, report_dir: str, gate: GxGate | None = None
     return page, publish(store, report_dir) if publish_to_store else 0
 
 
-def gc_job(store: ObjectStore, config: GcConfig, report_dir: str, *, publish_to_store: bool = False,
+def gc_job(store: ObjectStore, config: GcSettings, report_dir: str, *, publish_to_store: bool = False,
            on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None) -> GcOutcome:
     """Run one GC behind the GX gate and write the report. A failed gate is returned in
     ``error`` (the report shows it) rather than raised, so callers report first. A report
@@ -56,7 +57,7 @@ def gc_job(store: ObjectStore, config: GcConfig, report_dir: str, *, publish_to_
     return GcOutcome(record, page, os.path.join(gate.docs_dir, "index.html"), n, error)
 
 
-def validate_job(store: ObjectStore, config: GcConfig, report_dir: str) -> tuple[bool, list[str], dict[str, Any]]:
+def validate_job(store: ObjectStore, config: GcSettings, report_dir: str) -> tuple[bool, list[str], dict[str, Any]]:
     """The gate alone; returns (success, failures, statistics and M)."""
     gate = GxGate(report_dir, store_url=store.url)
     result, failures, p = validate(store, gate, config)

@@ -125,13 +125,14 @@ def main() -> None:
     migrate()
     logging.getLogger("airflow").setLevel(logging.WARNING)
 
+    from ctp_common import open_store, resolve  # the DAGs' own resolution: Variables, connections, env
+
     from ctp_state.epoch import ClusterEpoch
     from ctp_state.errors import CtpError
     from ctp_state.gc.history import GcHistory
     from ctp_state.l0 import Record
     from ctp_state.producer import Producer, write_with_retry
     from ctp_state.reconcile import summaries
-    from ctp_common import open_store, resolve  # the DAGs' own resolution: Variables, connections, env
     from ctp_state.storage import redact_url
     from ctp_state.topics import create_topic
 

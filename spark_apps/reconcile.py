@@ -38,7 +38,7 @@ def _build(url: str, compression: str, job: tuple[int, Any]) -> dict:
     from ctp_state.reconcile import build_one
 
     index, f = job
-    return build_one(_store(url), index, f, compression)
+    return build_one(_store(url), index, f, compression, os.environ.get("CTP_PROFILE_DIR"))
 
 
 def _warm(_: object) -> int:
@@ -78,16 +78,17 @@ def spark_map_files(spark: Any, store_url: str, compression: str,
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options of :class:`ctp_state.settings.ReconcileSettings`, plus where to run."""
+    from ctp_state.settings import ReconcileSettings, options
+
     ap = argparse.ArgumentParser(prog="reconcile", description="ctp Spark reconciler")
     ap.add_argument("--store", default=os.environ.get("CTP_STORE"), help="store URL (default $CTP_STORE)")
     ap.add_argument("--topic", action="append", dest="topics", help="only this topic (repeatable)")
-    ap.add_argument("--target-file-mb", type=float, default=128.0, help="target L1 file size (MiB)")
-    ap.add_argument("--max-mb-per-partition", type=float, default=None, help="cap per partition per run (MiB)")
-    ap.add_argument("--idle-lag", type=int, default=2, help="advance idle partitions this many epochs behind C")
-    ap.add_argument("--lease-seconds", type=float, default=900.0, help="claim lease")
-    ap.add_argument("--claim-wait-seconds", type=float, default=0.0,
-                    help="wait this long for a claim another reconciler holds (0: skip the partition)")
-    ap.add_argument("--compression", default="zstd", choices=["zstd", "snappy", "gzip", "none"])
+    for o in options(ReconcileSettings):
+        if o.knob.kind is bool:
+            ap.add_argument(o.flag, action="store_true", help=o.knob.help)
+        else:
+            ap.add_argument(o.flag, type=o.knob.kind, default=o.default, choices=o.knob.choices, help=o.knob.help)
     ap.add_argument("--master", default=None, help="Spark master when not set by spark-submit")
     args = ap.parse_args(argv)
     if not args.store:
@@ -96,16 +97,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from ctp_state.reconcile import MiB, ReconcileConfig
+    """The run's settings; a value out of range raises ConfigError naming the option."""
+    from ctp_state.settings import ReconcileSettings, from_options
 
-    return ReconcileConfig(
-        target_file_bytes=max(1, int(args.target_file_mb * MiB)),
-        max_bytes_per_partition=None if args.max_mb_per_partition is None else max(1, int(args.max_mb_per_partition * MiB)),
-        idle_lag=args.idle_lag,
-        lease_ms=int(args.lease_seconds * 1000),
-        claim_wait_s=args.claim_wait_seconds,
-        compression=args.compression,
-    )
+    return from_options(ReconcileSettings, vars(args))
 
 
 def spark_session(master: str | None = None, app_name: str = "ctp-reconcile") -> Any:

@@ -13,8 +13,9 @@ from ctp_state.gc.delete import GcCounters, backoff_delay, delete_objects, plan_
 from ctp_state.gc.history import PASSED, GcHistory, high_water
 from ctp_state.gc.inputs import PartitionView, gather
 from ctp_state.gc.m import Holdback, MDecision, compute_m
-from ctp_state.gc.run import Gate, GateResult, GcConfig, prepare, run_gc, validate
+from ctp_state.gc.run import Gate, GateResult, prepare, run_gc, validate
 from ctp_state.gc.tables import HISTORY_SCHEMA, STATE_SCHEMA, history_table, state_table
+from ctp_state.settings import GcSettings
 
 __all__ = [
     "HISTORY_SCHEMA",
@@ -22,7 +23,7 @@ __all__ = [
     "STATE_SCHEMA",
     "Gate",
     "GateResult",
-    "GcConfig",
+    "GcSettings",
     "GcCounters",
     "GcHistory",
     "Holdback",

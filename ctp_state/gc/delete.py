@@ -29,7 +29,6 @@ from ctp_state.storage import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, Object
 from ctp_state.throttle import Aimd, Ticket, is_throttle
 
 
-
 @dataclass
 class GcCounters:
     """Per-run counters, as the reference system keeps them."""

@@ -9,7 +9,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-
 from ctp_state import layout
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode

@@ -26,7 +26,7 @@ younger than the grace age, and orphans of partitions not collected this run, ar
 
 **Full sweeps.** A reconciler whose lease ran out can still write a file after a sweep
 moved W past the file's offsets; an incremental sweep never lists behind W, so such a
-file would stay forever. Once a period (``GcConfig.l1_full_sweep_s``, a day by default)
+file would stay forever. Once a period (``GcSettings.l1_full_sweep_s``, a day by default)
 a run lists every partition's L1 files from the start and collects those orphans too.
 """
 

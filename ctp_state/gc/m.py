@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from ctp_state import state as sm
 
 
-
 @dataclass(frozen=True, slots=True)
 class Holdback:
     """One reason M is not higher: a partition (or the cluster epoch) at M."""

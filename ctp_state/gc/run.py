@@ -27,7 +27,6 @@ nothing half-done that matters: deletes are idempotent and the next run lists ag
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
 from collections.abc import Callable
@@ -37,41 +36,17 @@ from typing import Any
 import pyarrow as pa
 
 from ctp_state import layout
-from ctp_state.gc import l1 as gc_l1
 from ctp_state.errors import CorruptData, CtpError, GateFailed, ObjectNotFound, StateUnreadable
-from ctp_state.gc.m import Holdback, MDecision, compute_m
+from ctp_state.gc import l1 as gc_l1
 from ctp_state.gc.delete import GcCounters, delete_objects, plan_l0_deletes
 from ctp_state.gc.history import PASSED, GcHistory, high_water
 from ctp_state.gc.inputs import PartitionView, gather, m_digest, newest_summary, quarantined_of
+from ctp_state.gc.m import Holdback, MDecision, compute_m
 from ctp_state.gc.tables import history_table, partition_view_table, state_table
+from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
 
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class GcConfig:
-    dry_run: bool = False
-    grace_s: float = 0.0  # L0 objects younger than this are left for the next run
-    l1_grace_s: float = 3600.0  # L1 orphans younger than this are left
-    max_deletes: int | None = None  # L0 objects per run, lowest epochs first; None: all
-    in_flight: int = 4  # DeleteObjects batches in flight
-    list_threads: int = 8
-    read_threads: int = 32  # partitions whose state is read at once
-    history_tail: int = 50
-    sweep_topics: tuple[str, ...] | None = None  # collect L1 orphans only in these topics (checks: everywhere)
-    l1_full_sweep_s: float = 86400.0  # list all L1 files once this long after the last full sweep
-    tmp_grace_s: float = 3600.0  # a file store's temporary files older than this are what killed writes left
-
-    def __post_init__(self) -> None:
-        if not (0 <= self.grace_s < math.inf and 0 <= self.l1_grace_s < math.inf):
-            raise ValueError("grace must be a number of seconds >= 0")
-        if not (0 <= self.l1_full_sweep_s < math.inf and 0 <= self.tmp_grace_s < math.inf):
-            raise ValueError("the L1 full-sweep period and the temporary-file age must be numbers of seconds >= 0")
-        if self.max_deletes is not None and self.max_deletes < 0:
-            raise ValueError("max deletes must be >= 0")
-        if self.in_flight < 1 or self.list_threads < 1 or self.read_threads < 1:
-            raise ValueError("in-flight batches, list and read threads must be >= 1")
-
 
 @dataclass(frozen=True)
 class GateResult:
@@ -110,7 +85,7 @@ class Prepared:
     last_full_sweep_ms: int | None = None  # when the last completed full sweep started
 
 
-def prepare(store: ObjectStore, config: GcConfig = GcConfig(), *,
+def prepare(store: ObjectStore, config: GcSettings = GcSettings(), *,
             on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
             clock: Callable[[], float] = time.time) -> Prepared:
     """Steps 1-3: read, compute M, sweep L1 (listing only), build the gate's tables."""
@@ -212,7 +187,7 @@ def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
     return result, failures
 
 
-def validate(store: ObjectStore, gate: Gate, config: GcConfig = GcConfig(), **kw: Any) -> tuple[GateResult, list[str], Prepared]:
+def validate(store: ObjectStore, gate: Gate, config: GcSettings = GcSettings(), **kw: Any) -> tuple[GateResult, list[str], Prepared]:
     """The checkpoint alone (``ctp validate``): nothing is listed for deletion, deleted
     or recorded."""
     p = prepare(store, config, **kw)
@@ -224,7 +199,7 @@ def run_gc(
     store: ObjectStore,
     *,
     gate: Gate,
-    config: GcConfig = GcConfig(),
+    config: GcSettings = GcSettings(),
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
@@ -328,7 +303,7 @@ def run_gc(
                   marks=p.new_marks if not l1_res.delete_errors else None)
 
 
-def _record_unreadable(store: ObjectStore, config: GcConfig, e: StateUnreadable, clock: Callable[[], float]) -> None:
+def _record_unreadable(store: ObjectStore, config: GcSettings, e: StateUnreadable, clock: Callable[[], float]) -> None:
     """Put a run that could not read every partition on record: which ones, and why."""
     now = int(clock() * 1000)
     held = [{"topic": t, "partition": p, "m": None, "reasons": [f"state cannot be read: {why}"]}

@@ -3,9 +3,7 @@ view the history keeps."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 

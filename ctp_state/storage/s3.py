@@ -13,6 +13,7 @@ from ctp_state.errors import ConfigError, KeyExists, ObjectNotFound, StoreError
 from ctp_state.storage.base import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, ObjectStore, check_key
 from ctp_state.storage.settings import S3Settings, redact_url
 
+
 class S3Store(ObjectStore):
     """A store under ``s3://bucket/prefix`` through boto3: AWS S3, MinIO, or any server
     that honours ``If-None-Match: *`` on PUT (all three do)."""

@@ -16,7 +16,8 @@ from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
-from ctp_state.reconcile import ReconcileConfig, build_files_locally, run_reconcile
+from ctp_state.reconcile import build_files_locally, run_reconcile
+from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
 
@@ -39,12 +40,12 @@ def test_a_reconciler_named_lapsed_mid_run_is_fenced_and_nothing_is_doubled(stor
         return out
 
     first: dict = {}
-    cfg = ReconcileConfig(lease_ms=1500, target_file_bytes=1)  # one L1 file per chunk
+    cfg = ReconcileSettings(lease_ms=1500, target_file_bytes=1)  # one L1 file per chunk
     t = threading.Thread(target=lambda: first.update(run_reconcile(store, config=cfg, map_files=slow_map)))
     t.start()
     assert built.wait(30)
     time.sleep(3.2)  # past the lease by the store's clock (S3 mtimes have 1 s resolution)
-    second = run_reconcile(store, config=ReconcileConfig(target_file_bytes=1))
+    second = run_reconcile(store, config=ReconcileSettings(target_file_bytes=1))
     with Producer(store, epoch_ttl_s=0) as prod:  # more data between the two commits
         assert prod.write([(("t", 0), [Record(b"late", None, 5000)])])[0].accepted
     go_on.set()

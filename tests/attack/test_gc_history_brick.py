@@ -15,8 +15,8 @@ import pytest
 
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError
-from ctp_state.gc.history import GcHistory, partitions_key, record_key
 from ctp_state.gc import run_gc
+from ctp_state.gc.history import GcHistory, partitions_key, record_key
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile

@@ -21,10 +21,11 @@ import time
 from ctp_state import layout
 from ctp_state.entries import Placeholder, encode
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.gc import GcConfig, run_gc
+from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import ReconcileConfig, run_reconcile
+from ctp_state.reconcile import run_reconcile
+from ctp_state.settings import GcSettings, ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
 
@@ -60,8 +61,9 @@ RECONCILE = """
 import os
 import sys
 from ctp_state.storage import open_store
-from ctp_state.reconcile import ReconcileConfig, run_reconcile
-run_reconcile(open_store(sys.argv[1], os.environ), config=ReconcileConfig(lease_ms=1500, target_file_bytes=200))
+from ctp_state.reconcile import run_reconcile
+from ctp_state.settings import ReconcileSettings
+run_reconcile(open_store(sys.argv[1], os.environ), config=ReconcileSettings(lease_ms=1500, target_file_bytes=200))
 """
 
 
@@ -95,9 +97,9 @@ def test_kill_9_of_a_reconciler_before_and_after_its_commit_converges(fstore, ga
             sent[p].append(f"late-{p}".encode())
     for _ in range(2):
         ce.advance()
-    run_reconcile(store, config=ReconcileConfig(target_file_bytes=200))
-    run_reconcile(store, config=ReconcileConfig(target_file_bytes=200))
-    rec = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    run_reconcile(store, config=ReconcileSettings(target_file_bytes=200))
+    run_reconcile(store, config=ReconcileSettings(target_file_bytes=200))
+    rec = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
     assert rec["status"] == "ok" and rec["m"] >= 4
     for p in (0, 1):
         assert values(store, "t", p) == sent[p]

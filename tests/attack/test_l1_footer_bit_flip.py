@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import struct
 
-
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, GateFailed
 from ctp_state.gc import run_gc

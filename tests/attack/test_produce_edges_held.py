@@ -19,14 +19,14 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from ctp_state import cli
+from ctp_state.cli import commands as cli
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
 from ctp_state.topics import create_topic
 from ctp_state.validate import MAX_TIMESTAMP_MS
-from tests.attack.helpers import values
 from tests.attack.conftest import LostResponses
+from tests.attack.helpers import values
 
 
 def _produce(args, url):

@@ -33,13 +33,13 @@ import time
 
 from click.testing import CliRunner
 
-from ctp_state import cli
+from ctp_state.cli import commands as cli
 from ctp_state.errors import StoreError
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic
+from tests.attack.conftest import LostResponses
 from tests.attack.helpers import values
 from tests.attack.test_producer_eviction import crowd_out
-from tests.attack.conftest import LostResponses
 
 
 def _write(path, lines) -> str:

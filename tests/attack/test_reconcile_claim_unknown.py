@@ -14,7 +14,8 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import ReconcileConfig, run_reconcile
+from ctp_state.reconcile import run_reconcile
+from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.attack.conftest import LostResponses
 
@@ -31,7 +32,7 @@ def test_one_unresolvable_claim_neither_aborts_the_run_nor_strands_other_claims(
     # t/3's next log entry (the claim) persists, then its log is unreachable for this run.
     lossy = LostResponses(store, rf"^logs/t/000003/{n0:020d}", then_unreachable=True)
     try:
-        summary = run_reconcile(lossy, config=ReconcileConfig(threads=1))
+        summary = run_reconcile(lossy, config=ReconcileSettings(threads=1))
         aborted = None
     except CtpError as e:
         summary, aborted = None, e

@@ -12,11 +12,12 @@ import time
 
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, GateFailed
-from ctp_state.gc import GateResult, GcConfig, run_gc
+from ctp_state.gc import GateResult, run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition
-from ctp_state.reconcile import ReconcileConfig, run_reconcile
+from ctp_state.reconcile import run_reconcile
+from ctp_state.settings import GcSettings, ReconcileSettings
 from ctp_state.topics import create_topic
 
 PARTITIONS = 3
@@ -60,7 +61,7 @@ def test_producers_reconcilers_gcs_and_advances_together_lose_and_duplicate_noth
     def reconciler() -> None:
         while not stop.is_set():
             try:
-                run_reconcile(store, config=ReconcileConfig(lease_ms=3000, target_file_bytes=2000, idle_lag=1))
+                run_reconcile(store, config=ReconcileSettings(lease_ms=3000, target_file_bytes=2000, idle_lag=1))
             except CtpError as e:
                 errors.append(f"reconcile: {e}")
             time.sleep(0.2)
@@ -69,7 +70,7 @@ def test_producers_reconcilers_gcs_and_advances_together_lose_and_duplicate_noth
         while not stop.is_set():
             try:
                 gc_runs.append(run_gc(store, gate=lambda frames: GateResult(True, []),
-                                      config=GcConfig(l1_grace_s=0)))
+                                      config=GcSettings(l1_grace_s=0)))
             except (CtpError, GateFailed) as e:
                 errors.append(f"gc: {e}")
             time.sleep(0.2)

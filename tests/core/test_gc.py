@@ -16,8 +16,8 @@ from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.status import read_states, select_topics
 from ctp_state.storage import DeleteResult, ObjectStore
-from tests.support import Wrapped
 from ctp_state.topics import create_topic
+from tests.support import Wrapped
 
 
 def st(topic: str, p: int, *entries) -> sm.PartitionState:

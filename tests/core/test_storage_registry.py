@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ctp_state.errors import ConfigError
-from ctp_state.storage import SCHEMES, LocalStore, S3Store, open_store, register
-from ctp_state.storage import registry
+from ctp_state.storage import SCHEMES, LocalStore, S3Store, open_store, register, registry
 
 
 def test_each_built_in_scheme_opens_its_backend(tmp_path):

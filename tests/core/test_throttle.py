@@ -9,11 +9,11 @@ import time
 import pytest
 
 from ctp_state import layout
-from ctp_state.gc import delete_objects, scan_prefix, spread_of
 from ctp_state.errors import StoreError
+from ctp_state.gc import delete_objects, scan_prefix, spread_of
 from ctp_state.storage import DeleteResult, LocalStore, ObjectInfo, ObjectStore
-from tests.support import Wrapped
 from ctp_state.throttle import Aimd, is_throttle
+from tests.support import Wrapped
 
 
 class Clock:

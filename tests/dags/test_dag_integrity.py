@@ -68,3 +68,19 @@ def test_reconcile_submits_the_spark_app_through_spark_default(dagbag):
     assert op.conn_id == "spark_default" if hasattr(op, "conn_id") else op._conn_id == "spark_default"
     assert op.application.endswith("spark_apps/reconcile.py") and os.path.exists(op.application)
     assert [a.uri for a in op.outlets] == ["ctp://reconcile/summary"]
+
+
+@pytest.mark.parametrize(("dag_id", "cls_name"), [("ctp_gc", "GcSettings"), ("ctp_reconcile", "ReconcileSettings")])
+def test_the_trigger_forms_defaults_are_the_settings_defaults(dagbag, dag_id, cls_name):
+    """A Param generated from a settings class keeps its default, limits and help."""
+    import ctp_state.settings as s
+
+    known = {o.name: o for o in s.options(getattr(s, cls_name))}
+    params = dagbag.dags[dag_id].params
+    offered = [n for n in params.keys() if n in known]
+    assert offered
+    for name in offered:
+        assert params[name] == known[name].default, name
+        assert params.get_param(name).description == known[name].knob.help
+    # what the form sends back is what the job runs with
+    assert s.from_options(getattr(s, cls_name), {n: params[n] for n in offered}) == getattr(s, cls_name)()

@@ -25,11 +25,12 @@ import pytest
 
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ConfigError
+from ctp_state.gc import STATE_SCHEMA, history_table
 from ctp_state.gc.history import GcHistory
 from ctp_state.gc.l1 import L1_CHECK_SCHEMA
-from ctp_state.gc import STATE_SCHEMA, GcConfig, history_table
 from ctp_state.log import PartitionLog
 from ctp_state.read import committed_l1_keys
+from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore, open_store
 from expectations.gate import MARKER, claim
 from expectations.job import gc_job, validate_job, write_report
@@ -94,7 +95,7 @@ def test_two_gcs_on_two_stores_racing_in_one_report_dir_never_delete_the_damaged
     b_before = l0_keys(store_b)
     assert b_before
 
-    ok, failures, _ = validate_job(store, GcConfig(dry_run=True), str(report))  # the directory is A's
+    ok, failures, _ = validate_job(store, GcSettings(dry_run=True), str(report))  # the directory is A's
     assert ok, failures
 
     env_a = with_this_checkout(subprocess_env)
@@ -219,7 +220,7 @@ def test_a_report_dir_belongs_to_the_store_that_used_it_first(store_url, second_
     report = tmp_path / "report"
     for _ in range(3):
         ClusterEpoch(store).advance()
-    assert gc_job(store, GcConfig(), str(report)).error is None  # first use: the directory is A's
+    assert gc_job(store, GcSettings(), str(report)).error is None  # first use: the directory is A's
     with open(report / MARKER, encoding="utf-8") as f:
         assert json.load(f)["store"] == store.url
 
@@ -232,17 +233,17 @@ def test_a_report_dir_belongs_to_the_store_that_used_it_first(store_url, second_
     assert "use a different --report-dir" in r.stderr and "secret" not in r.stderr
     assert l0_keys(store_b) == before and GcHistory(store_b).last_seq() == -1  # nothing deleted or recorded
 
-    for attempt in (lambda: validate_job(store_b, GcConfig(dry_run=True), str(report)),
+    for attempt in (lambda: validate_job(store_b, GcSettings(dry_run=True), str(report)),
                     lambda: write_report(store_b, str(report)),
-                    lambda: gc_job(store_b, GcConfig(), str(report))):
+                    lambda: gc_job(store_b, GcSettings(), str(report))):
         with pytest.raises(ConfigError, match=f"belongs to store {store.url}, not {store_b.url}"):
             attempt()
     assert l0_keys(store_b) == before and GcHistory(store_b).last_seq() == -1
     with open(report / MARKER, encoding="utf-8") as f:
         assert json.load(f)["store"] == store.url
 
-    assert gc_job(store, GcConfig(dry_run=True), str(report)).error is None  # A's runs go on
-    out = gc_job(store_b, GcConfig(dry_run=True), str(tmp_path / "report-b"))  # B with its own directory
+    assert gc_job(store, GcSettings(dry_run=True), str(report)).error is None  # A's runs go on
+    out = gc_job(store_b, GcSettings(dry_run=True), str(tmp_path / "report-b"))  # B with its own directory
     assert out.error is None and out.record["would_delete"] == len(before)
 
 
@@ -274,7 +275,7 @@ def test_gate_runs_are_named_by_the_gc_run_and_keep_their_own_pages(store, tmp_p
     from expectations.gate import GxGate
 
     gate = GxGate(str(tmp_path / "report"), keep_runs=2)
-    recs = [run_gc(store, gate=gate, config=GcConfig(dry_run=True)) for _ in range(3)]
+    recs = [run_gc(store, gate=gate, config=GcSettings(dry_run=True)) for _ in range(3)]
     site, runs = gate.docs_dir, os.path.join(gate.docs_dir, "runs")
     for rec in recs[1:]:
         assert rec["gate"]["docs"] == os.path.join(runs, f"{rec['run_id']}.html")

@@ -11,16 +11,17 @@ import pyarrow as pa
 import pytest
 
 from ctp_state import layout
-from ctp_state.gc import l1 as gc_l1
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, GateFailed, StoreError
+from ctp_state.gc import l1 as gc_l1
+from ctp_state.gc import prepare, run_gc
 from ctp_state.gc.history import GcHistory, partitions_key
-from ctp_state.gc import GcConfig, prepare, run_gc
 from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys, read_partition
 from ctp_state.reconcile import run_reconcile
+from ctp_state.settings import GcSettings
 from ctp_state.storage import LocalStore, ObjectStore
 from ctp_state.topics import create_topic
 from expectations.gate import GxGate
@@ -66,7 +67,7 @@ def test_dry_run_then_gc_deletes_exactly_the_l0_objects_at_or_below_m(store, gat
     sent[0].append(Record(b"not reconciled yet"))
     before = l0_keys(store)
 
-    dry = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    dry = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     m = dry["m"]
     garbage = {k for k, e in before.items() if e <= m}
     assert garbage and live.l0_key not in garbage
@@ -83,7 +84,7 @@ def test_dry_run_then_gc_deletes_exactly_the_l0_objects_at_or_below_m(store, gat
 
 def test_an_m_decrease_stops_the_gc_before_any_delete(store, gate):
     reconciled(store)
-    first = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    first = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     # A history that says M was higher than it can be now: a state restored from an
     # older backup, or a bug. The candidate M would decrease.
     GcHistory(store).append(lambda seq: {**first, "seq": seq, "status": "ok", "m": first["m"] + 5,
@@ -102,7 +103,7 @@ def test_an_m_decrease_stops_the_gc_before_any_delete(store, gate):
 
 def test_a_lower_bound_decrease_fails_the_partition_state_suite(store, gate):
     reconciled(store)
-    first = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    first = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     h = GcHistory(store)
     view = h.read_partitions(first["partitions_key"])
     raised = view.set_column(view.schema.get_field_index("min_epoch_lower_bound"), "min_epoch_lower_bound",
@@ -159,11 +160,11 @@ def test_a_partition_created_while_the_gc_runs_keeps_its_data(store, gate):
 def test_m_comes_from_the_logs_and_the_newest_summary_only_annotates(store, gate):
     produce_rounds(store, partitions=4, rounds=2, per=5)
     first = run_reconcile(store)
-    rec = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    rec = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     assert rec["summary_run_id"] == first["run_id"]  # the newest by the store's sequence
     assert rec["partitions"] == 4 and rec["m"] is not None
     second = run_reconcile(store)
-    rec2 = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    rec2 = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     assert rec2["summary_run_id"] == second["run_id"] and rec2["m_digest"] == rec["m_digest"]
 
 
@@ -177,13 +178,13 @@ def test_l1_orphans_of_a_crashed_reconciler_are_collected_after_the_grace(store,
     store.put(beyond, store.get(committed))
     young = run_gc(store, gate=gate)  # default grace: 1 h
     assert young["l1_orphans"] == 0 and young["l1_young_skipped"] == 1
-    rec = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    rec = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
     assert rec["l1_orphans_deleted"] == 1
     assert store.head(superseded) is None
     assert store.head(beyond) is not None  # a live writer could still commit it
     assert store.head(committed) is not None
     assert_exactly_once(store, "t", sent)
-    again = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    again = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
     assert again["l1_partitions_unchanged"] == 1 and again["l1_listed"] == 0  # nothing new: no listing
 
 
@@ -206,7 +207,7 @@ def test_a_young_orphan_inside_a_committed_file_does_not_move_the_watermark_off_
     run_reconcile(store)
     later = run_gc(store, gate=gate)  # refused by the gate before the fix
     assert later["status"] == "ok" and later["gate"]["success"]
-    swept = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    swept = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
     assert swept["status"] == "ok" and swept["l1_orphans_deleted"] == 1
     assert store.head(orphan) is None and store.head(committed) is not None
     assert_exactly_once(store, "t", sent)
@@ -234,22 +235,22 @@ def test_an_orphan_written_behind_the_watermark_is_collected_by_the_periodic_ful
     # so only a full sweep can ever see it.
     sent = produce_rounds(store, partitions=1, rounds=2, per=10)
     run_reconcile(store)
-    first = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    first = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
     assert first["l1_full_sweep"] is True  # no full sweep on record yet
     late = layout.l1_key("t", 0, 0, 4)  # the lapsed writer's file, behind the watermark
     (committed,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
     store.put(late, store.get(committed))
     sent[0] += produce_rounds(store, partitions=1, rounds=1, per=5, advance=False)[0]  # the log moves
-    incremental = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    incremental = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
     assert incremental["l1_full_sweep"] is False and incremental["l1_orphans"] == 0
     assert store.head(late) is not None
     # Once the last full sweep is older than the period, the next run lists everything.
-    full = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0, l1_full_sweep_s=0))
+    full = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0, l1_full_sweep_s=0))
     assert full["l1_full_sweep"] is True and full["l1_orphans_deleted"] == 1
     assert store.head(late) is None and store.head(committed) is not None
     assert_exactly_once(store, "t", sent, all_in_l1=False)
     # The time of the full sweep carries forward: the default period (a day) is not due.
-    after = run_gc(store, gate=gate, config=GcConfig(l1_grace_s=0))
+    after = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
     assert after["l1_full_sweep"] is False and after["l1_full_sweep_ms"] == full["l1_full_sweep_ms"]
 
 
@@ -345,14 +346,14 @@ def test_throttled_and_failing_deletes_make_a_partial_run_that_the_next_run_fini
 def test_max_deletes_takes_the_lowest_epochs_first(store, gate):
     reconciled(store, rounds=4)
     keys = sorted(l0_keys(store).items(), key=lambda kv: (kv[1], kv[0]))
-    rec = run_gc(store, gate=gate, config=GcConfig(max_deletes=2))
+    rec = run_gc(store, gate=gate, config=GcSettings(max_deletes=2))
     assert rec["deleted"] == 2 and rec["skipped_max_deletes"] > 0
     assert all(store.head(k) is None for k, _ in keys[:2])
 
 
 def test_the_report_reads_offline(store, tmp_path):
     reconciled(store)
-    out = gc_job(store, GcConfig(), str(tmp_path / "report"))
+    out = gc_job(store, GcSettings(), str(tmp_path / "report"))
     assert out.error is None and out.record["status"] == "ok"
     page = open(out.report, encoding="utf-8").read()
     assert f"M = {out.record['m']}" in page and "<svg" in page
@@ -363,13 +364,13 @@ def test_the_report_reads_offline(store, tmp_path):
         assert not remote.search(open(p, encoding="utf-8").read()), p
     assert os.path.exists(out.docs)
     # published into the store on request, same layout
-    out2 = gc_job(store, GcConfig(dry_run=True), str(tmp_path / "report"), publish_to_store=True)
+    out2 = gc_job(store, GcSettings(dry_run=True), str(tmp_path / "report"), publish_to_store=True)
     assert out2.published >= len(pages) and b"ctp GC report" in store.get("reports/gc/index.html")
 
 
 def test_history_records_are_append_only_and_versioned(store, gate):
     run_gc(store, gate=gate)
-    run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     h = GcHistory(store)
     assert h.last_seq() == 1 and [r["seq"] for r in h.records()] == [0, 1]
     assert store.head(partitions_key(1)) is not None
@@ -434,7 +435,7 @@ def test_the_partition_state_table_carries_pending_epochs_from_the_logs_and_m(st
     with Producer(store, epoch_ttl_s=0) as prod:  # pending: written after the last reconcile
         assert prod.write([(("t", 2), [Record(b"pending")])])[0].accepted
     c = ClusterEpoch(store).current()
-    logs = prepare(store, GcConfig())
+    logs = prepare(store, GcSettings())
     rows = {r["partition"]: r for r in logs.frames["partition_state"].to_pylist()}
     assert [rows[p]["min_pending_epoch"] for p in range(3)] == [None, None, c]
     assert {r["source"] for r in rows.values()} == {"log"}  # every partition read from its log

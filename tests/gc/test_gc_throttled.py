@@ -10,7 +10,8 @@ import pytest
 
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.gc import GcConfig, run_gc
+from ctp_state.gc import run_gc
+from ctp_state.settings import GcSettings
 from ctp_state.storage import open_store
 from expectations.gate import GxGate
 from tests.conftest import proxy_env
@@ -35,7 +36,7 @@ def test_a_gc_under_a_store_that_throttles_30_percent_of_requests_completes(moto
     fault_proxy.add_rule("slowdown_503", method="POST", times=2)  # the first two DeleteObjects, surely
     fault_proxy.add_rule("slowdown_503", probability=0.3)
     store = open_store(url, proxy_env(moto, fault_proxy))
-    rec = run_gc(store, gate=gate, config=GcConfig(in_flight=4))
+    rec = run_gc(store, gate=gate, config=GcSettings(in_flight=4))
 
     assert rec["status"] == "ok" and rec["m"] == 4
     assert (rec["deleted"], rec["delete_errors"]) == (1200, 0)

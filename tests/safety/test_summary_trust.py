@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.gc import GcConfig, run_gc
+from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
+from ctp_state.settings import GcSettings
 from ctp_state.topics import create_topic
 
 DAY_S = 86_400
@@ -39,7 +40,7 @@ def test_a_summary_from_a_fast_clock_does_not_wedge_the_gc(store, gate, monkeypa
         run_reconcile(store)
     ce.advance()
     ce.advance()
-    logs = run_gc(store, gate=gate, config=GcConfig(dry_run=True))
+    logs = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     # Later, correct-clock reconciles move every partition's lower bound up.
     produce(store, 1)
     ce.advance()
@@ -49,7 +50,7 @@ def test_a_summary_from_a_fast_clock_does_not_wedge_the_gc(store, gate, monkeypa
     ce.advance()
     run_reconcile(store)
 
-    rec = run_gc(store, gate=gate, config=GcConfig(dry_run=True))  # the default run
+    rec = run_gc(store, gate=gate, config=GcSettings(dry_run=True))  # the default run
     assert rec["status"] == "dry_run"
     assert rec["m"] > logs["m"]
     rec2 = run_gc(store, gate=gate)

@@ -36,8 +36,18 @@ from ctp_state.errors import CtpError
 from ctp_state.gc.history import GcHistory
 from ctp_state.storage import LocalStore, ObjectStore, open_store
 from ctp_state.topics import create_topic
-from tests.sim.model import (ACTORS, PRODUCERS, TOPIC, Ledger, Params, Step, check_history_monotonic, check_read,
-                             records, to_jsonl)
+from tests.sim.model import (
+    ACTORS,
+    PRODUCERS,
+    TOPIC,
+    Ledger,
+    Params,
+    Step,
+    check_history_monotonic,
+    check_read,
+    records,
+    to_jsonl,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOOKS_DIR = os.path.join(REPO, "tests", "hooks")  # crash points and planted bugs (sitecustomize)

@@ -16,8 +16,17 @@ from ctp_state.l0 import Record
 from tests.conftest import MotoServer, proxy_env
 from tests.s3_fault_proxy import S3FaultProxy
 from tests.sim.driver import run_sim
-from tests.sim.model import CRASH_POINTS, FAULT_KINDS, Ledger, Params, Step, check_history_monotonic, \
-    check_read, record_id, schedule
+from tests.sim.model import (
+    CRASH_POINTS,
+    FAULT_KINDS,
+    Ledger,
+    Params,
+    Step,
+    check_history_monotonic,
+    check_read,
+    record_id,
+    schedule,
+)
 
 pytestmark = pytest.mark.slow
 

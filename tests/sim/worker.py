@@ -120,9 +120,10 @@ class Worker:
         return {"epoch": ClusterEpoch(self.store).advance()}
 
     def reconcile(self, lease_ms: int, target_file_bytes: int, claim_wait_s: float = 0.0) -> dict[str, Any]:
-        from ctp_state.reconcile import ReconcileConfig, run_reconcile
+        from ctp_state.reconcile import run_reconcile
+        from ctp_state.settings import ReconcileSettings
 
-        s = run_reconcile(self.store, config=ReconcileConfig(lease_ms=lease_ms, target_file_bytes=target_file_bytes,
+        s = run_reconcile(self.store, config=ReconcileSettings(lease_ms=lease_ms, target_file_bytes=target_file_bytes,
                                                              idle_lag=1, threads=4, claim_wait_s=claim_wait_s))
         return {"ok": s["ok"], "records": s["records"],
                 "statuses": sorted({p["status"] for p in s["partitions"]}),
@@ -130,12 +131,13 @@ class Worker:
                              if p["status"] in ("quarantined", "fenced", "error", "claim_held")][:5]}
 
     def gc(self, l1_grace_s: float, max_deletes: int | None, full: bool = False) -> dict[str, Any]:
-        from ctp_state.gc import GcConfig, run_gc
+        from ctp_state.gc import run_gc
+        from ctp_state.settings import GcSettings
         from expectations.gate import GxGate
 
         try:
             rec = run_gc(self.store, gate=GxGate(self.report_dir, store_url=self.store.url),
-                         config=GcConfig(l1_grace_s=l1_grace_s, max_deletes=max_deletes, list_threads=4,
+                         config=GcSettings(l1_grace_s=l1_grace_s, max_deletes=max_deletes, list_threads=4,
                                          read_threads=8,
                                          # quiesce: nothing runs, so every leftover is garbage now
                                          **({"l1_full_sweep_s": 0.0, "tmp_grace_s": 0.0} if full else {})))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import threading
 
-
 from ctp_state import layout
 from ctp_state import state as sm
 from ctp_state.entries import Reconcile
@@ -15,7 +14,8 @@ from ctp_state.l0 import Record
 from ctp_state.l1 import SCHEMA, read_l1
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
-from ctp_state.reconcile import ReconcileConfig, build_files_locally, plan_files, run_reconcile
+from ctp_state.reconcile import build_files_locally, plan_files, run_reconcile
+from ctp_state.settings import ReconcileSettings
 from ctp_state.status import read_states, select_topics
 from ctp_state.topics import create_topic
 from spark_apps import reconcile as app
@@ -135,13 +135,13 @@ def test_a_racing_reconciler_is_fenced_and_never_double_commits(store):
         return out
 
     def run_a():
-        results["a"] = run_reconcile(store, config=ReconcileConfig(lease_ms=300), map_files=slow_map)
+        results["a"] = run_reconcile(store, config=ReconcileSettings(lease_ms=300), map_files=slow_map)
 
     ta = threading.Thread(target=run_a)
     ta.start()
     assert a_built.wait(60)
     # B waits out A's short lease, claims (bumping the writer epoch) and commits.
-    results["b"] = run_reconcile(store, config=ReconcileConfig(claim_wait_s=30))
+    results["b"] = run_reconcile(store, config=ReconcileSettings(claim_wait_s=30))
     b_done.set()
     ta.join(60)
     assert results["b"]["partitions_reconciled"] == 2
@@ -182,7 +182,7 @@ def test_one_busy_and_99_idle_partitions_m_follows_c(store):
             ce.advance()
             ce.advance()
             assert prod.write([(("many", 0), [Record(b"x")])])[0].accepted
-            summary = run_reconcile(store, config=ReconcileConfig(idle_lag=idle_lag, threads=32))
+            summary = run_reconcile(store, config=ReconcileSettings(idle_lag=idle_lag, threads=32))
             assert summary["ok"]
             c = ce.current()
             states = read_states(store, select_topics(store))

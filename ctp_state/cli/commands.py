@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -24,9 +22,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ctp_state import validate
+from ctp_state.cli.demo import generate as generated_batches
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError
 from ctp_state.l0 import Record
+from ctp_state.settings import GcSettings, ReconcileSettings, from_options, options
 from ctp_state.storage import ObjectStore, open_store, redact_url
 
 DEFAULT_STORE = "file://" + os.path.join(os.path.expanduser("~"), ".ctp", "store")
@@ -130,6 +130,30 @@ class _Positive(_Seconds):
 POSITIVE = _Positive()
 COUNT = click.IntRange(min=0)
 AT_LEAST_1 = click.IntRange(min=1)
+
+
+def settings_options(cls: type[Any], only: list[str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """click options generated from a settings class (:mod:`ctp_state.settings`): the
+    defaults and help live there once. Values arrive in the options' units, keyed by
+    option name; :func:`from_options` turns them into settings."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for o in reversed(options(cls, only)):
+            k = o.knob
+            if k.kind is bool:
+                fn = click.option(o.flag, o.name, is_flag=True, default=o.default, help=k.help)(fn)
+                continue
+            if k.choices:
+                typ: Any = click.Choice(k.choices)
+            elif k.kind is int:
+                typ = click.IntRange(min=int(k.minimum) if k.minimum is not None else None)
+            else:
+                typ = POSITIVE if k.above == 0 else SECONDS if k.minimum == 0 else float
+            fn = click.option(o.flag, o.name, type=typ, default=o.default, show_default=o.default is not None,
+                              help=k.help)(fn)
+        return fn
+
+    return deco
 
 
 @click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
@@ -252,7 +276,7 @@ def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool,
         if generate:
             with Producer(store, producer_id=producer_id) as producer:
                 report = ProduceReport(producer.producer_id)
-                send_batches(producer, _generated(store, topic_name, records, value_size, batch_records, seed),
+                send_batches(producer, generated_batches(store, topic_name, records, value_size, batch_records, seed),
                              report, records, advance)
         else:
             parsed, digest = _read_input(store, file)  # type: ignore[arg-type]
@@ -282,27 +306,6 @@ def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool,
         sys.exit(1)
     if report.unknown or report.not_sent:
         sys.exit(3)
-
-
-def _generated(store: ObjectStore, topic_name: str | None, n: int, value_size: int, batch: int, seed: int | None):
-    from ctp_state.topics import get_topic
-
-    if not topic_name:
-        raise click.UsageError("--generate needs --topic")
-    if n < 0 or value_size < 0:
-        raise click.UsageError("--records and --value-size must be >= 0")
-    t = get_topic(store, topic_name)
-    rng = random.Random(seed)
-    i = 0
-    while i < n:
-        chunks: dict[tuple[str, int], list[Record]] = defaultdict(list)
-        now = int(time.time() * 1000)
-        for j in range(i, min(n, i + batch)):
-            value = rng.randbytes(value_size)
-            chunks[(t.name, j % t.partitions)].append(
-                Record(value, f"key-{j}".encode(), now, (("source", b"ctp-generate"),)))
-        i = min(n, i + batch)
-        yield sorted(chunks.items())
 
 
 def _read_input(store: ObjectStore, file: str) -> tuple[list[tuple[str, int, Record]], str]:
@@ -373,23 +376,13 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
 @click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
 @click.option("--master", default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[*]"), show_default="local[*]",
               help="Spark master.")
-@click.option("--target-file-mb", type=POSITIVE, default=128.0, show_default=True, help="Target L1 file size.")
-@click.option("--max-mb-per-partition", type=POSITIVE, default=None, help="Cap per partition per run.")
-@click.option("--idle-lag", type=AT_LEAST_1, default=2, show_default=True,
-              help="Advance idle partitions whose lower bound is this many epochs behind C (R6).")
-@click.option("--claim-wait-seconds", type=SECONDS, default=0.0, show_default=True,
-              help="Wait for claims other reconcilers hold (0: skip those partitions).")
+@settings_options(ReconcileSettings, ["target_file_bytes", "max_bytes_per_partition", "idle_lag", "claim_wait_s"])
 @command
-def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master: str, target_file_mb: float,
-              max_mb_per_partition: float | None, idle_lag: int, claim_wait_seconds: float) -> None:
+def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master: str, **knobs: Any) -> None:
     """Run the Spark reconciler (the same app Airflow submits) on a local Spark."""
-    import argparse
+    from ctp_state.cli.spark import reconcile_with_spark
 
-    from spark_apps import reconcile as app
-
-    args = argparse.Namespace(store=None, topics=list(topics) or None, target_file_mb=target_file_mb,
-                              max_mb_per_partition=max_mb_per_partition, idle_lag=idle_lag, lease_seconds=900.0,
-                              claim_wait_seconds=claim_wait_seconds, compression="zstd", master=master)
+    settings = from_options(ReconcileSettings, knobs)
     for name in topics:
         validate.topic_name(name)
     with _progress() as progress:
@@ -398,15 +391,8 @@ def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master
         def on_progress(stage: str, done: int, total: int) -> None:
             progress.update(task, description=f"{stage}", completed=done, total=total)
 
-        spark = app.spark_session(master)
-        try:
-            from ctp_state.reconcile import run_reconcile
-            config = app.config_from_args(args)
-            summary = run_reconcile(store, topics=args.topics, config=config, on_progress=on_progress,
-                                    # store.url reopens the same store in the Spark workers
-                                    map_files=app.spark_map_files(spark, store.url, config.compression))
-        finally:
-            spark.stop()
+        summary = reconcile_with_spark(store, settings, master=master, topics=list(topics) or None,
+                                       on_progress=on_progress)
     if as_json:
         emit(True, summary)
     else:
@@ -439,9 +425,9 @@ def read(store: ObjectStore, as_json: bool, topic_name: str, partition: int, fro
     """
     import base64
 
-    from ctp_state.read import read_partition
-
     import pyarrow as pa
+
+    from ctp_state.read import read_partition
 
     table = read_partition(store, topic_name, partition, from_offset, limit)
     # Milliseconds straight from the column: no datetime conversion that a timestamp
@@ -466,41 +452,22 @@ def read(store: ObjectStore, as_json: bool, topic_name: str, partition: int, fro
 
 
 def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for opt in reversed([
-        click.option("--grace-seconds", type=SECONDS, default=0.0, show_default=True,
-                     help="Leave L0 objects younger than this for the next run."),
-        click.option("--l1-grace-seconds", type=SECONDS, default=3600.0, show_default=True,
-                     help="Leave uncommitted L1 files younger than this (a reconciler may be writing them)."),
-        click.option("--report-dir", type=click.Path(file_okay=False), default=None,
-                     help="Where the GX project, Data Docs and the GC summary page go "
-                          "[default: $CTP_REPORT_DIR or ./ctp-report]."),
-    ]):
-        fn = opt(fn)
-    return fn
-
-
-def _gc_config(**kw: Any) -> Any:
-    from ctp_state.gc import GcConfig
-
-    return GcConfig(**kw)
+    fn = click.option("--report-dir", type=click.Path(file_okay=False), default=None,
+                      help="Where the GX project, Data Docs and the GC summary page go "
+                           "[default: $CTP_REPORT_DIR or ./ctp-report].")(fn)
+    return settings_options(GcSettings, ["grace_s", "l1_grace_s"])(fn)
 
 
 @main.command()
-@click.option("--dry-run", is_flag=True, help="Compute M and what would be deleted; delete nothing.")
-@click.option("--max-deletes", type=COUNT, default=None, help="Delete at most this many L0 objects (lowest epochs first).")
-@click.option("--in-flight", type=AT_LEAST_1, default=4, show_default=True, help="DeleteObjects batches in flight.")
+@settings_options(GcSettings, ["dry_run", "max_deletes", "in_flight"])
 @click.option("--publish-report", is_flag=True, help="Also copy the report into the store under reports/gc/.")
 @click.option("--verify", "verify_first", is_flag=True,
               help="Run `ctp verify` first (every checksum and reference; slow); any error stops the GC.")
-@click.option("--l1-full-sweep-hours", type=SECONDS, default=24.0, show_default=True,
-              help="List every L1 file (not only new ones) once this long after the last full sweep.")
-@click.option("--tmp-grace-seconds", type=SECONDS, default=3600.0, show_default=True,
-              help="File store: delete temporary files of killed writes once older than this.")
+@settings_options(GcSettings, ["l1_full_sweep_s", "tmp_grace_s"])
 @_gc_options
 @command
-def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None, in_flight: int,
-       publish_report: bool, verify_first: bool, l1_full_sweep_hours: float, tmp_grace_seconds: float,
-       grace_seconds: float, l1_grace_seconds: float, report_dir: str | None) -> None:
+def gc(store: ObjectStore, as_json: bool, publish_report: bool, verify_first: bool, report_dir: str | None,
+       **knobs: Any) -> None:
     """Garbage-collect L0 objects with epoch <= M, behind the Great Expectations gate.
 
     Reads C, then every partition; M = min(C - 1, min M(p)); runs the checkpoint (M
@@ -510,9 +477,7 @@ def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None
     """
     from expectations.job import gc_job, report_dir_from_env
 
-    config = _gc_config(dry_run=dry_run, grace_s=grace_seconds, l1_grace_s=l1_grace_seconds,
-                        max_deletes=max_deletes, in_flight=in_flight, l1_full_sweep_s=l1_full_sweep_hours * 3600,
-                        tmp_grace_s=tmp_grace_seconds)
+    config = from_options(GcSettings, knobs)
     if verify_first:
         from ctp_state.verify import verify as run_verify
 
@@ -522,7 +487,7 @@ def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None
         if not checked.ok:
             fail(f"verify found {len(checked.errors)} problem(s), nothing deleted; first: "
                  f"{checked.errors[0].where}: {checked.errors[0].what}")
-    report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env()
+    report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env(os.environ)
     with _progress() as progress:
         task = progress.add_task("reading partitions", total=None)
 
@@ -561,13 +526,12 @@ def gc(store: ObjectStore, as_json: bool, dry_run: bool, max_deletes: int | None
 @main.command(name="validate")
 @_gc_options
 @command
-def validate_cmd(store: ObjectStore, as_json: bool, grace_seconds: float, l1_grace_seconds: float,
-                 report_dir: str | None) -> None:
+def validate_cmd(store: ObjectStore, as_json: bool, report_dir: str | None, **knobs: Any) -> None:
     """Run the Great Expectations checkpoint alone: nothing is deleted or recorded."""
     from expectations.job import report_dir_from_env, validate_job
 
-    config = _gc_config(dry_run=True, grace_s=grace_seconds, l1_grace_s=l1_grace_seconds)
-    report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env()
+    config = from_options(GcSettings, {**knobs, "dry_run": True})
+    report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env(os.environ)
     ok, failures, info = validate_job(store, config, report_dir)
     if as_json:
         emit(True, {"success": ok, "failures": failures, **info})
@@ -632,26 +596,26 @@ def verify(store: ObjectStore, as_json: bool, topics: tuple[str, ...], no_object
 def demo(store: ObjectStore, as_json: bool, topic_name: str, partitions: int, rounds: int, records: int,
          master: str, no_reconcile: bool, no_gc: bool) -> None:
     """Run the end-to-end flow on this store and print what happened."""
-    from ctp_state.demo import run_demo
+    from ctp_state.cli.demo import run_demo
 
     say = (lambda _msg: None) if as_json else click.echo
 
     def reconcile() -> dict:
-        from ctp_state.reconcile import ReconcileConfig, run_reconcile
+        from ctp_state.reconcile import run_reconcile
+        from ctp_state.settings import ReconcileSettings
         from spark_apps import reconcile as app
 
         spark = app.spark_session(master, app_name="ctp-demo")
         try:
-            return run_reconcile(store, topics=[topic_name], config=ReconcileConfig(),
+            return run_reconcile(store, topics=[topic_name], config=ReconcileSettings(),
                                  map_files=app.spark_map_files(spark, store.url, "zstd"))
         finally:
             spark.stop()
 
     def gc(dry_run: bool) -> dict:
-        from ctp_state.gc import GcConfig
         from expectations.job import gc_job, report_dir_from_env
 
-        out = gc_job(store, GcConfig(dry_run=dry_run), report_dir_from_env())
+        out = gc_job(store, GcSettings(dry_run=dry_run), report_dir_from_env(os.environ))
         if out.error is not None:
             raise out.error
         return {**(out.record or {}), "report": out.report}

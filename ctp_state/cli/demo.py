@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from click import UsageError
 
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
@@ -115,3 +118,27 @@ def run_demo(
     say(f"cluster epoch {c}; {summary['lag_records']} records await the reconciler; "
         f"M = min(C-1, M(p)) = {m}: L0 objects with epoch <= {m} are garbage")
     return summary
+
+
+def generate(store: ObjectStore, topic_name: str | None, n: int, value_size: int, batch: int,
+             seed: int | None) -> Iterator[list[tuple[tuple[str, int], list[Record]]]]:
+    """Synthetic records for ``ctp produce --generate``: ``n`` values of ``value_size``
+    random bytes spread round-robin over the topic's partitions, ``batch`` at a time."""
+    from ctp_state.topics import get_topic
+
+    if not topic_name:
+        raise UsageError("--generate needs --topic")
+    if n < 0 or value_size < 0:
+        raise UsageError("--records and --value-size must be >= 0")
+    t = get_topic(store, topic_name)
+    rng = random.Random(seed)
+    i = 0
+    while i < n:
+        chunks: dict[tuple[str, int], list[Record]] = defaultdict(list)
+        now = int(time.time() * 1000)
+        for j in range(i, min(n, i + batch)):
+            value = rng.randbytes(value_size)
+            chunks[(t.name, j % t.partitions)].append(
+                Record(value, f"key-{j}".encode(), now, (("source", b"ctp-generate"),)))
+        i = min(n, i + batch)
+        yield sorted(chunks.items())

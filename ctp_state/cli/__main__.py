@@ -1,0 +1,5 @@
+"""``python -m ctp_state.cli``: the ``ctp`` command."""
+
+from ctp_state.cli.commands import main
+
+main()
