@@ -74,7 +74,7 @@ def ctp_growth(root: str, live: int, garbage: int) -> dict:
     t0 = time.perf_counter()
     rec = run_gc(store, gate=GxGate(os.path.join(root, "..", "report")), config=GcSettings())
     full = time.perf_counter() - t0
-    assert rec["deleted"] == garbage, rec
+    assert rec.deleted == garbage, rec
     return {"l0_gc_s": round(core, 4), "run_gc_with_gate_s": round(full, 3), "listed": c.listed}
 
 

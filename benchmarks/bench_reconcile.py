@@ -152,7 +152,7 @@ def main() -> None:
         summary = run_reconcile(store, config=cfg, map_files=timed_map)
         secs = time.perf_counter() - t0
         spark.stop()
-        assert summary["ok"] and summary["records"] == out["produce"]["records"], summary["records"]
+        assert summary.ok and summary.records == out["produce"]["records"], summary.records
         out["spark"] = _rates(build_results, secs) | {
             "session_startup_seconds": round(startup, 2),
             "worker_warmup_seconds": round(warmup, 2),

@@ -10,6 +10,10 @@
     l0/<spread:03d>/<epoch:018d>/<uuid>.l0     L0 objects (DESIGN 2b)
     l1/<topic>/<partition:06d>/<first:020d>-<last:020d>.parquet   L1 files
     runs/produce/<producer id>.json             an input produced completely (ctp produce)
+    runs/reconcile/<seq:020d>.json              reconcile run summaries (a dense sequence)
+    gc/history/<seq:020d>.json                  GC history records (a dense sequence)
+    gc/partitions/<seq:020d>.parquet            each GC run's partition view
+    reports/gc/...                              the published operator report
 
 Zero-padding makes byte-wise key order equal numeric order, so listing a log lists
 offsets in order and listing an L0 spread prefix lists epochs in order.
@@ -26,6 +30,26 @@ EPOCH_MARKERS = "cluster/epoch/markers/"
 TOPICS = "meta/topics/"
 L0_ROOT = "l0/"
 L1_ROOT = "l1/"
+RECONCILE_RUNS = "runs/reconcile/"
+GC_HISTORY = "gc/history/"
+GC_PARTITIONS = "gc/partitions/"
+REPORTS = "reports/gc/"
+_SEQ_RE = re.compile(r"(\d{20})\.json")
+
+
+def sequence_key(prefix: str, seq: int) -> str:
+    """Record ``seq`` of the dense sequence under ``prefix`` (:mod:`ctp_state.sequence`)."""
+    return f"{prefix}{seq:020d}.json"
+
+
+def parse_sequence_name(name: str) -> int | None:
+    """The seq of a name under a sequence's prefix; None for anything else (the hint)."""
+    m = _SEQ_RE.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def gc_partitions_key(seq: int) -> str:
+    return f"{GC_PARTITIONS}{seq:020d}.parquet"
 
 
 def _epoch18(epoch: int) -> str:

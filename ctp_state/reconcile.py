@@ -30,8 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from ctp_state import crashpoints
 from ctp_state import state as sm
@@ -40,21 +39,10 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
 from ctp_state.l1 import L1File, build_file
 from ctp_state.log import PartitionLog
-from ctp_state.sequence import DenseSequence
+from ctp_state.records import PartitionFacts, PartitionReport, ReconcileSummary
 from ctp_state.settings import ReconcileSettings
-from ctp_state.status import select_topics, try_read_partition_states
+from ctp_state.status import facts, reconcile_summaries, select_topics, try_read_partition_states
 from ctp_state.storage import ObjectStore
-
-RUNS_PREFIX = "runs/reconcile/"
-SUMMARY_VERSION = 2
-
-
-def summaries(store: ObjectStore) -> DenseSequence:
-    """The reconcile run summaries, oldest first by seq."""
-    return DenseSequence(store, RUNS_PREFIX, "reconcile run summary")
-
-# --- pure planning -------------------------------------------------------------------------
-
 
 def needs_work(s: sm.PartitionState, cluster_epoch: int, idle_lag: int) -> bool:
     """A partition is worth claiming if it has pending placeholders, or if it is idle
@@ -91,44 +79,31 @@ def plan_files(s: sm.PartitionState, target_file_bytes: int, max_bytes: int | No
 
 
 @dataclass
-class PartitionReport:
+class _Report:
+    """What this run has done to one partition so far (frozen into a
+    :class:`~ctp_state.records.PartitionReport` for the summary)."""
+
     topic: str
     partition: int
-    status: str = "idle"  # reconciled | advanced | idle | quarantined | claim_held | fenced | error
+    status: str = "idle"
     records: int = 0
     l0_bytes: int = 0
     l1_bytes: int = 0
-    l1_files: list[str] = field(default_factory=list)
+    l1_files: tuple[str, ...] = ()
     m_before: int | None = None
     m_after: int | None = None
     lag_entries_left: int = 0
     lag_bytes_left: int = 0
     reason: str | None = None
-    key: str | None = None  # the L0 key a quarantine is about
-    # The partition's state after this run, for the GC's lazy aggregation (R4 inputs,
-    # the partition-state expectations and the L1 orphan sweep).
-    state: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None
+    state: PartitionFacts | None = None
 
     def observe(self, s: sm.PartitionState) -> None:
         self.m_after, self.lag_entries_left, self.lag_bytes_left = s.m, s.lag_entries, s.lag_bytes
-        self.state = state_fields(s)
+        self.state = facts(s)
 
-
-def state_fields(s: sm.PartitionState) -> dict[str, Any]:
-    """What the GC needs of a partition's state, as plain data."""
-    return {
-        "initialized": s.initialized,
-        "min_epoch_lower_bound": s.min_epoch_lower_bound,
-        "previous_applied_epoch": s.previous_applied_epoch,
-        "max_applied_epoch": s.max_applied_epoch,
-        "last_reconciled_offset": s.last_reconciled_offset,
-        "log_end_offset": s.applied_offset + 1,
-        "lag_entries": s.lag_entries,
-        "lag_records": s.lag_records,
-        "lag_bytes": s.lag_bytes,
-        "min_pending_epoch": s.min_pending_epoch,
-        "holders": [[h.owner, h.mode.value, h.lease_until_ms] for h in s.holders],
-    }
+    def freeze(self) -> PartitionReport:
+        return PartitionReport(**vars(self))
 
 
 def build_files_locally(store: ObjectStore, files: Sequence[L1File], *, threads: int = 4,
@@ -165,7 +140,7 @@ def run_reconcile(
     config: ReconcileSettings = ReconcileSettings(),
     map_files: Callable[[list[L1File]], list[dict]] | None = None,
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
-) -> dict[str, Any]:
+) -> ReconcileSummary:
     """Run one reconcile over ``topics`` (all when None) and return its summary."""
     started_ms = int(time.time() * 1000)
     run_id = f"{started_ms}-{uuid.uuid4().hex[:8]}"
@@ -176,9 +151,9 @@ def run_reconcile(
     wanted = [(t.name, p) for t in select_topics(store, topics) for p in range(t.partitions)]
     got, unreadable = try_read_partition_states(store, wanted, threads=max(1, config.threads))
     states = [s for s in got if s is not None]
-    reports = {(s.topic, s.partition): PartitionReport(s.topic, s.partition, m_before=s.m) for s in states}
+    reports = {(s.topic, s.partition): _Report(s.topic, s.partition, m_before=s.m) for s in states}
     for t, p, why in unreadable:  # the others are reconciled; this one is reported
-        reports[(t, p)] = PartitionReport(t, p, status="error", reason=f"state cannot be read: {why}")
+        reports[(t, p)] = _Report(t, p, status="error", reason=f"state cannot be read: {why}")
     for s in states:
         reports[(s.topic, s.partition)].observe(s)
         if not s.initialized:
@@ -219,7 +194,7 @@ def run_reconcile(
                 _release_if_held(log, owner)
 
     summary = _summarize(run_id, started_ms, c, config, reports)
-    return summaries(store).append(lambda seq: summary)
+    return reconcile_summaries(store).append(lambda seq: summary)
 
 
 def _release_if_held(log: PartitionLog, owner: str) -> None:
@@ -234,7 +209,7 @@ def _release_if_held(log: PartitionLog, owner: str) -> None:
 
 def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, owner: str,
                       claimed: list[tuple[PartitionLog, sm.PartitionState]],
-                      reports: dict[tuple[str, int], PartitionReport], released: set[tuple[str, int]],
+                      reports: dict[tuple[str, int], _Report], released: set[tuple[str, int]],
                       map_files: Callable[[list[L1File]], list[dict]],
                       on_progress: Callable[[str, int, int], None]) -> None:
     crashpoints.reached("after_claim")
@@ -282,7 +257,7 @@ def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, own
                 r.records = sum(f.records for f in fs)
                 r.l0_bytes = sum(f.l0_bytes for f in fs)
                 r.l1_bytes = sum(by_key[f.key]["l1_bytes"] for f in fs)
-                r.l1_files = list(keys)
+                r.l1_files = keys
                 crashpoints.reached("after_commit", index)
             if not st.pending and c - st.min_epoch_lower_bound >= config.idle_lag and c >= st.max_applied_epoch:
                 out = log.append(st, lambda _s: Advance(c, writer_epoch)).outcome
@@ -320,30 +295,29 @@ def _pmap(fn: Callable, items: Sequence, threads: int) -> list:
 
 
 def _summarize(run_id: str, started_ms: int, c: int, config: ReconcileSettings,
-               reports: dict[tuple[str, int], PartitionReport]) -> dict[str, Any]:
-    parts = [vars(r) for _, r in sorted(reports.items())]
-    count = lambda status: sum(1 for p in parts if p["status"] == status)  # noqa: E731
+               reports: dict[tuple[str, int], _Report]) -> ReconcileSummary:
+    parts = tuple(r.freeze() for _, r in sorted(reports.items()))
+    count = lambda status: sum(1 for p in parts if p.status == status)  # noqa: E731
     finished_ms = int(time.time() * 1000)
-    return {
-        "v": SUMMARY_VERSION,
-        "run_id": run_id,
-        "started_ms": started_ms,
-        "finished_ms": finished_ms,
-        "seconds": round((finished_ms - started_ms) / 1000, 3),
-        "cluster_epoch": c,
-        "idle_lag": config.idle_lag,
-        "partitions_reconciled": count("reconciled"),
-        "partitions_advanced": count("advanced"),
-        "partitions_quarantined": count("quarantined"),
-        "partitions_claim_held": count("claim_held"),
-        "partitions_fenced": count("fenced"),
-        "partitions_failed": count("error"),
-        "records": sum(p["records"] for p in parts),
-        "l0_bytes": sum(p["l0_bytes"] for p in parts),
-        "l1_bytes": sum(p["l1_bytes"] for p in parts),
-        "l1_files": sum(len(p["l1_files"]) for p in parts),
-        "lag_entries_left": sum(p["lag_entries_left"] for p in parts),
-        "lag_bytes_left": sum(p["lag_bytes_left"] for p in parts),
-        "ok": not any(p["status"] in ("quarantined", "fenced", "error") for p in parts),
-        "partitions": parts,
-    }
+    return ReconcileSummary(
+        run_id=run_id,
+        started_ms=started_ms,
+        finished_ms=finished_ms,
+        seconds=round((finished_ms - started_ms) / 1000, 3),
+        cluster_epoch=c,
+        idle_lag=config.idle_lag,
+        partitions_reconciled=count("reconciled"),
+        partitions_advanced=count("advanced"),
+        partitions_quarantined=count("quarantined"),
+        partitions_claim_held=count("claim_held"),
+        partitions_fenced=count("fenced"),
+        partitions_failed=count("error"),
+        records=sum(p.records for p in parts),
+        l0_bytes=sum(p.l0_bytes for p in parts),
+        l1_bytes=sum(p.l1_bytes for p in parts),
+        l1_files=sum(len(p.l1_files) for p in parts),
+        lag_entries_left=sum(p.lag_entries_left for p in parts),
+        lag_bytes_left=sum(p.lag_bytes_left for p in parts),
+        ok=not any(p.failed for p in parts),
+        partitions=parts,
+    )

@@ -16,17 +16,18 @@ landed (see :func:`create_once`).
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Generic
 
-from ctp_state import codec
+import msgspec
+
+from ctp_state import codec, layout, records
+from ctp_state.records import R
 from ctp_state.errors import ContentionTimeout, CorruptData, KeyExists, ObjectNotFound, StoreError
 from ctp_state.storage import ObjectStore
 
 log = logging.getLogger(__name__)
-_NAME = re.compile(r"(\d{20})\.json")
 
 
 class CreateOutcomeUnknown(StoreError):
@@ -63,28 +64,29 @@ def create_once(store: ObjectStore, key: str, data: bytes, *, attempts: int = 6,
     raise CreateOutcomeUnknown(key, cause or "the store kept failing")
 
 
-class DenseSequence:
-    def __init__(self, store: ObjectStore, prefix: str, what: str, *, legacy_version: int | None = None,
-                 check: Callable[[dict[str, Any], str], dict[str, Any]] = lambda rec, key: rec):
+class DenseSequence(Generic[R]):
+    """Typed records (:mod:`ctp_state.records`) sealed at ``<prefix><seq:020d>.json``."""
+
+    def __init__(self, store: ObjectStore, prefix: str, kind: type[R], *, legacy_version: int | None = None):
         """``legacy_version``: records of this version written before records were
-        sealed are still read (unchecked); any other unsealed record is refused.
-        ``check(record, key)`` validates a decoded record (raising CorruptData)."""
+        sealed are still read (and upcast); any other unsealed record is refused."""
         if not prefix.endswith("/"):
             raise ValueError("a sequence prefix ends with '/'")
-        self.store, self.prefix, self.what, self.legacy_version = store, prefix, what, legacy_version
-        self.check = check
+        self.store, self.prefix, self.kind, self.legacy_version = store, prefix, kind, legacy_version
+        self.what = kind.WHAT
         self.hint_key = prefix + "hint"
 
     def key(self, seq: int) -> str:
-        return f"{self.prefix}{seq:020d}.json"
+        return layout.sequence_key(self.prefix, seq)
 
-    def decode(self, data: bytes, key: str) -> dict[str, Any]:
+    def decode(self, data: bytes, key: str) -> R:
         if codec.is_sealed(data):
-            return codec.unseal(data, key, self.what)
-        rec = codec.loads(data, key, self.what)
-        if self.legacy_version is None or rec.get("v") != self.legacy_version:
-            raise CorruptData(key, f"{self.what} has no checksum (it is truncated, or was edited)")
-        return rec
+            body = codec.unseal(data, key, self.what)
+        else:
+            body = codec.loads(data, key, self.what)
+            if self.legacy_version is None or body.get("v") != self.legacy_version:
+                raise CorruptData(key, f"{self.what} has no checksum (it is truncated, or was edited)")
+        return records.decode(self.kind, body, key)
 
     def last(self) -> int:
         """The newest seq, -1 when empty: the hint, then a LIST after it."""
@@ -96,17 +98,17 @@ class DenseSequence:
             hint = -1  # a hint no record vouches for is not believed
         last = hint
         for info in self.store.list(self.prefix, start_after=self.key(hint) if hint >= 0 else None):
-            m = _NAME.fullmatch(info.key[len(self.prefix):])
-            if m:
-                last = max(last, int(m.group(1)))
+            seq = layout.parse_sequence_name(info.key[len(self.prefix):])
+            if seq is not None:
+                last = max(last, seq)
         return last
 
-    def get(self, seq: int) -> dict[str, Any]:
+    def get(self, seq: int) -> R:
         key = self.key(seq)
-        return self.check(self.decode(self.store.get(key), key), key)
+        return self.decode(self.store.get(key), key)
 
     def tail(self, n: int, last: int | None = None, *,
-             unreadable: list[tuple[int, str]] | None = None) -> list[dict[str, Any]]:
+             unreadable: list[tuple[int, str]] | None = None) -> list[R]:
         """The newest ``n`` records, oldest first (a seq lost to a crashed appender is
         skipped; it is never reused). With ``unreadable``, a record that does not read
         is skipped and reported there as ``(seq, why)`` instead of raising."""
@@ -123,17 +125,18 @@ class DenseSequence:
                 unreadable.append((seq, str(e)))
         return out
 
-    def newest(self) -> dict[str, Any] | None:
+    def newest(self) -> R | None:
         records = self.tail(1)
         return records[-1] if records else None
 
-    def append(self, make: Callable[[int], dict[str, Any]], *, attempts: int = 32) -> dict[str, Any]:
+    def append(self, make: Callable[[int], R], *, attempts: int = 32) -> R:
         """Write ``make(seq)`` sealed at the next free seq; ``make`` is called again with
-        the new seq after a lost race, so a record can reflect the ones before it."""
+        the new seq after a lost race, so a record can reflect the ones before it.
+        Returns the record as stored (its ``seq`` and ``v`` set)."""
         seq = self.last() + 1
         for _ in range(attempts):
-            rec = {**make(seq), "seq": seq}
-            if create_once(self.store, self.key(seq), codec.seal(rec)):
+            rec = msgspec.structs.replace(make(seq), seq=seq, v=self.kind.VERSION)
+            if create_once(self.store, self.key(seq), codec.seal(records.encode(rec))):
                 try:
                     self.store.put(self.hint_key, str(seq).encode())
                 except (StoreError, OSError) as e:  # a hint: the next reader lists a little more

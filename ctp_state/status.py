@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from ctp_state import layout
 from ctp_state import state as sm
 from ctp_state.errors import CtpError, TopicNotFound
 from ctp_state.log import PartitionLog
+from ctp_state.records import HolderFacts, PartitionFacts, ReconcileSummary
+from ctp_state.sequence import DenseSequence
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import Topic, get_topic, list_topics
+
+
+def reconcile_summaries(store: ObjectStore) -> DenseSequence[ReconcileSummary]:
+    """The reconcile run summaries (``runs/reconcile/``), oldest first by seq."""
+    return DenseSequence(store, layout.RECONCILE_RUNS, ReconcileSummary)
 
 
 def select_topics(store: ObjectStore, names: Iterable[str] | None = None) -> list[Topic]:
@@ -82,26 +88,26 @@ def unaccounted_logs(store: ObjectStore, topics: list[Topic]) -> list[tuple[str,
     return problems
 
 
-def describe(s: sm.PartitionState) -> dict[str, Any]:
-    """One partition's status as plain data (what ``ctp status --json`` prints)."""
-    return {
-        "topic": s.topic,
-        "partition": s.partition,
-        "initialized": s.initialized,
-        "window": list(s.window) if s.window else None,
-        "max_applied_epoch": s.max_applied_epoch,
-        "previous_applied_epoch": s.previous_applied_epoch,
-        "min_epoch_lower_bound": s.min_epoch_lower_bound,
-        "m": s.m,
-        "log_end_offset": s.applied_offset + 1,
-        "next_offset": s.next_offset,
-        "last_reconciled_offset": s.last_reconciled_offset,
-        "lag_entries": s.lag_entries,
-        "lag_records": s.lag_records,
-        "lag_bytes": s.lag_bytes,
-        "writer_epoch": s.writer_epoch,
-        "holders": [
-            {"owner": h.owner, "mode": h.mode.value, "writer_epoch": h.writer_epoch, "lease_until_ms": h.lease_until_ms}
-            for h in s.holders
-        ],
-    }
+def facts(s: sm.PartitionState) -> PartitionFacts:
+    """One partition's state as a plain record (``ctp status --json``, run summaries,
+    the GC's inputs)."""
+    return PartitionFacts(
+        topic=s.topic,
+        partition=s.partition,
+        initialized=s.initialized,
+        window=(s.window[0], s.window[1]) if s.window else None,
+        max_applied_epoch=s.max_applied_epoch,
+        previous_applied_epoch=s.previous_applied_epoch,
+        min_epoch_lower_bound=s.min_epoch_lower_bound,
+        m=s.m,
+        log_end_offset=s.applied_offset + 1,
+        next_offset=s.next_offset,
+        last_reconciled_offset=s.last_reconciled_offset,
+        lag_entries=s.lag_entries,
+        lag_records=s.lag_records,
+        lag_bytes=s.lag_bytes,
+        min_pending_epoch=s.min_pending_epoch,
+        writer_epoch=s.writer_epoch,
+        holders=tuple(HolderFacts(owner=h.owner, mode=h.mode.value, writer_epoch=h.writer_epoch,
+                                  lease_until_ms=h.lease_until_ms) for h in s.holders),
+    )

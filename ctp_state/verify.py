@@ -34,7 +34,7 @@ from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
 from ctp_state.gc.history import GcHistory
 from ctp_state.l1 import parse_l1
 from ctp_state.log import PartitionLog
-from ctp_state.reconcile import summaries
+from ctp_state.status import reconcile_summaries as summaries
 from ctp_state.status import select_topics, unaccounted_logs
 from ctp_state.storage import ObjectStore
 

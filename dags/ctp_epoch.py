@@ -19,6 +19,7 @@ epoch **M** follow C.
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import timedelta
 
@@ -26,6 +27,7 @@ import pendulum
 from airflow.sdk import dag, task
 from ctp_common import EPOCH_ASSET, OWNER, open_store, resolve
 
+log = logging.getLogger(__name__)
 INTERVAL = timedelta(minutes=float(os.environ.get("CTP_EPOCH_INTERVAL_MINUTES", "5")))
 
 
@@ -48,7 +50,7 @@ def ctp_epoch_advance():
 
         cfg = resolve()
         new = ClusterEpoch(open_store(cfg)).advance()
-        print(f"cluster epoch advanced to {new}")
+        log.info("cluster epoch advanced to %d", new)
         return new
 
     advance()

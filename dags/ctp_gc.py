@@ -33,6 +33,7 @@ why (reconciler lag, a quarantined chunk, a stuck claim, idle). `max_active_runs
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pendulum
@@ -40,6 +41,9 @@ from airflow.sdk import Param, dag, task
 from ctp_common import GC_ASSET, OWNER, RECONCILE_ASSET, open_store, resolve, settings_params
 
 from ctp_state.settings import GcSettings
+
+
+log = logging.getLogger(__name__)
 
 
 def _config(params):
@@ -78,21 +82,21 @@ def ctp_gc():
         from expectations.job import validate_job
 
         cfg = resolve()
-        ok, failures, info = validate_job(open_store(cfg), _config(params), cfg.report_dir)
-        for f in failures:
-            print(f"failed expectation: {f}")
-        print(f"M = {info['m']} (C = {info['cluster_epoch']}, {info['partitions']} partitions); "
-              f"{info['statistics']}; data docs: {info['docs']}")
-        if not ok:
-            raise AirflowFailException(f"GC gate failed, nothing deleted: {failures[0]}"
-                                       + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""))
-        return {"m": info["m"], "cluster_epoch": info["cluster_epoch"]}
+        v = validate_job(open_store(cfg), _config(params), cfg.report_dir)
+        for f in v.failures:
+            log.error("failed expectation: %s", f)
+        log.info("M = %s (C = %s, %s partitions); %s; data docs: %s", v.m, v.cluster_epoch, v.partitions,
+                 v.statistics, v.docs)
+        if not v.success:
+            raise AirflowFailException(f"GC gate failed, nothing deleted: {v.failures[0]}"
+                                       + (f" (and {len(v.failures) - 1} more)" if len(v.failures) > 1 else ""))
+        return {"m": v.m, "cluster_epoch": v.cluster_epoch}
 
     @task(retries=0)
-    def verify(gated: dict, params=None) -> dict:
+    def verify(params=None) -> dict:
         """`ctp verify` when the `verify` param asks; fails the DAG (no retry) on any error."""
         if not params.get("verify"):
-            print("verify: skipped (set the `verify` param to check every checksum and reference first)")
+            log.info("verify: skipped (set the `verify` param to check every checksum and reference first)")
             return {"verified": False}
         from airflow.sdk.exceptions import AirflowFailException
 
@@ -100,8 +104,9 @@ def ctp_gc():
 
         report = run_verify(open_store(resolve()))
         for f in report.findings:
-            print(f"{f.severity}: {f.where}: {f.what}" + (f" [{f.key}]" if f.key else ""))
-        print(f"verify: {len(report.partitions)} partitions, {len(report.errors)} errors")
+            (log.error if f.severity == "error" else log.warning)(
+                "%s: %s: %s%s", f.severity, f.where, f.what, f" [{f.key}]" if f.key else "")
+        log.info("verify: %d partitions, %d errors", len(report.partitions), len(report.errors))
         if not report.ok:
             first = report.errors[0]
             raise AirflowFailException(f"verify found {len(report.errors)} problem(s), nothing deleted; first: "
@@ -109,7 +114,7 @@ def ctp_gc():
         return {"verified": True}
 
     @task(outlets=[GC_ASSET])
-    def collect(verified: dict, params=None) -> dict:
+    def collect(params=None) -> dict:
         """Delete L0 <= M (re-checked by the same gate first) and L1 orphans; record the run."""
         from ctp_state.errors import GateFailed, StateUnreadable
         from ctp_state.gc import run_gc
@@ -119,7 +124,7 @@ def ctp_gc():
 
         def progress(stage: str, done: int, total: int) -> None:
             if stage == "delete" and (done == total or done % 10_000 < 1000):
-                print(f"deleted {done}/{total} L0 objects")
+                log.info("deleted %d/%d L0 objects", done, total)
 
         store = open_store(cfg)
         try:
@@ -131,13 +136,13 @@ def ctp_gc():
             raise AirflowFailException(str(e)) from None
         keep = ("seq", "status", "dry_run", "m", "cluster_epoch", "partitions", "listed", "deleted", "deleted_bytes",
                 "would_delete", "would_delete_bytes", "delete_errors", "l1_orphans_deleted", "seconds", "held_by_count")
-        out = {k: rec.get(k) for k in keep}
-        print(out)
-        for h in rec["held_by"][:10]:
-            print(f"held at M by {h['topic']}/{h['partition']}: {'; '.join(h['reasons'])}")
-        if rec["status"] == "partial":
-            raise RuntimeError(f"{rec['delete_errors']} object(s) failed to delete after retries "
-                               f"(e.g. {next(iter(rec['failed_keys']), '?')}); the run is recorded, the next retries")
+        out = {k: getattr(rec, k) for k in keep}
+        log.info("GC run %s", out)
+        for h in rec.held_by[:10]:
+            log.info("held at M by %s: %s", h.where, "; ".join(h.reasons))
+        if rec.status == "partial":
+            raise RuntimeError(f"{rec.delete_errors} object(s) failed to delete after retries "
+                               f"(e.g. {next(iter(rec.failed_keys), '?')}); the run is recorded, the next retries")
         return out
 
     @task(trigger_rule="all_done", retries=1)
@@ -147,11 +152,11 @@ def ctp_gc():
 
         cfg = resolve()
         page, n = write_report(open_store(cfg), cfg.report_dir, publish_to_store=bool(params["publish_report"]))
-        print(f"report: {page}" + (f" ({n} files published to reports/gc/)" if n else ""))
+        log.info("report: %s%s", page, f" ({n} files published to reports/gc/)" if n else "")
         return page
 
-    collected = collect(verify(gate()))
-    collected >> report()
+    # Ordering only: collect runs the same gate again right before deleting.
+    gate() >> verify() >> collect() >> report()
 
 
 ctp_gc()

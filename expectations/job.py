@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ctp_state.errors import GateFailed
+import msgspec
+
 from ctp_state.gc import run_gc, validate
+from ctp_state.gc.run import held_by
+from ctp_state.records import GcRecord, HeldBy, Scalar
 from ctp_state.gc.history import GcHistory
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
@@ -27,7 +30,7 @@ def report_dir_from_env(env: Mapping[str, str]) -> str:
 
 @dataclass
 class GcOutcome:
-    record: dict[str, Any] | None
+    record: GcRecord | None
     report: str
     docs: str | None
     published: int = 0
@@ -57,12 +60,23 @@ def gc_job(store: ObjectStore, config: GcSettings, report_dir: str, *, publish_t
     return GcOutcome(record, page, os.path.join(gate.docs_dir, "index.html"), n, error)
 
 
-def validate_job(store: ObjectStore, config: GcSettings, report_dir: str) -> tuple[bool, list[str], dict[str, Any]]:
-    """The gate alone; returns (success, failures, statistics and M)."""
+class Validation(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``ctp validate`` and the GC DAG's gate task report."""
+
+    success: bool
+    failures: tuple[str, ...]
+    statistics: dict[str, Scalar]
+    m: int | None
+    cluster_epoch: int
+    partitions: int
+    docs: str | None
+    held_by: tuple[HeldBy, ...]
+
+
+def validate_job(store: ObjectStore, config: GcSettings, report_dir: str) -> Validation:
+    """The gate alone: nothing is listed for deletion, deleted or recorded."""
     gate = GxGate(report_dir, store_url=store.url)
     result, failures, p = validate(store, gate, config)
-    info = {"statistics": result.statistics, "m": p.decision.m, "cluster_epoch": p.cluster_epoch,
-            "partitions": len(p.views), "docs": result.docs,
-            "held_by": [{"topic": h.topic, "partition": h.partition, "m": h.m, "reasons": list(h.reasons)}
-                        for h in p.decision.held_by[:20]]}
-    return not failures, failures, info
+    return Validation(success=not failures, failures=tuple(failures), statistics=result.statistics, m=p.decision.m,
+                      cluster_epoch=p.cluster_epoch, partitions=len(p.views), docs=result.docs,
+                      held_by=tuple(held_by(h) for h in p.decision.held_by[:20]))

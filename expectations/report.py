@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from ctp_state.records import GcRecord
 from ctp_state.storage import ObjectStore
 
 _REMOTE_LINK = re.compile(r"<link\b[^>]*href=\"https?://[^\"]*\"[^>]*>\s*", re.I)
@@ -157,8 +158,8 @@ def _bytes(n: int | None) -> str:
     return f"{n:.1f} TiB"
 
 
-def _chart(records: Sequence[dict[str, Any]], width: int = 900, height: int = 220) -> str:
-    pts = [(r["seq"], r.get("m"), r.get("cluster_epoch")) for r in records if r.get("m") is not None]
+def _chart(records: Sequence[GcRecord], width: int = 900, height: int = 220) -> str:
+    pts = [(r.seq, r.m, r.cluster_epoch) for r in records if r.m is not None]
     if not pts:
         return "<p>No run with an M yet.</p>"
     xs = [p[0] for p in pts]
@@ -185,7 +186,7 @@ def _chart(records: Sequence[dict[str, Any]], width: int = 900, height: int = 22
             f'<text x="{width - 190}" y="16" font-size="12" fill="#868e96">&#9476; C (cluster epoch)</text></svg>')
 
 
-def write_summary_page(report_dir: str, records: Sequence[dict[str, Any]], *, docs_index: str | None = None,
+def write_summary_page(report_dir: str, records: Sequence[GcRecord], *, docs_index: str | None = None,
                        title: str = "ctp GC report") -> str:
     """Write ``<report_dir>/index.html`` from GC history ``records`` (oldest first)."""
     os.makedirs(report_dir, exist_ok=True)
@@ -200,47 +201,46 @@ def write_summary_page(report_dir: str, records: Sequence[dict[str, Any]], *, do
     if latest is None:
         parts.append("<p>No GC run recorded yet.</p></body></html>")
     else:
-        ok = latest["status"] in ("ok", "dry_run")
-        verb = "would delete" if latest.get("dry_run") else "deleted"
-        n = latest.get("would_delete") if latest.get("dry_run") else latest.get("deleted")
-        b = latest.get("would_delete_bytes") if latest.get("dry_run") else latest.get("deleted_bytes")
+        ok = latest.status in ("ok", "dry_run")
+        verb = "would delete" if latest.dry_run else "deleted"
+        n = latest.would_delete if latest.dry_run else latest.deleted
+        b = latest.would_delete_bytes if latest.dry_run else latest.deleted_bytes
         parts.append(
-            f'<div class="card"><div class="card-header">Latest run: seq {latest["seq"]}, '
-            f'<span class="{"ok" if ok else "bad"}">{e(latest["status"])}</span></div>'
-            f"<p>{_when(latest.get('started_ms'))}, {latest.get('seconds', 0)} s. "
-            f"Cluster epoch C = {latest.get('cluster_epoch')}, M = {latest.get('m')} "
-            f"(highest M so far: {latest.get('m_high_water')}). {latest.get('partitions')} partitions, "
+            f'<div class="card"><div class="card-header">Latest run: seq {latest.seq}, '
+            f'<span class="{"ok" if ok else "bad"}">{e(latest.status)}</span></div>'
+            f"<p>{_when(latest.started_ms)}, {latest.seconds} s. "
+            f"Cluster epoch C = {latest.cluster_epoch}, M = {latest.m} "
+            f"(highest M so far: {latest.m_high_water}). {latest.partitions} partitions, "
             f"each read from its state log.</p>"
-            f"<p>L0: listed {latest.get('listed', 0)}, {verb} {n or 0} objects ({_bytes(b)}), "
-            f"failed {latest.get('delete_errors', 0)}, too young {latest.get('skipped_too_young', 0)}. "
-            f"L1 orphans: {latest.get('l1_orphans', 0)} ({_bytes(latest.get('l1_orphan_bytes'))}).</p>")
-        gate = latest.get("gate") or {}
-        if gate.get("failures"):
+            f"<p>L0: listed {latest.listed}, {verb} {n} objects ({_bytes(b)}), "
+            f"failed {latest.delete_errors}, too young {latest.skipped_too_young}. "
+            f"L1 orphans: {latest.l1_orphans} ({_bytes(latest.l1_orphan_bytes)}).</p>")
+        if latest.gate is not None and latest.gate.failures:
             parts.append("<h3 class=\"bad\">Gate failures (nothing was deleted)</h3><ul>"
-                         + "".join(f"<li><code>{e(f)}</code></li>" for f in gate["failures"]) + "</ul>")
-        if latest.get("error"):
-            parts.append(f'<p class="bad">Error: <code>{e(latest["error"])}</code></p>')
-        if latest.get("failed_keys"):
+                         + "".join(f"<li><code>{e(f)}</code></li>" for f in latest.gate.failures) + "</ul>")
+        if latest.error:
+            parts.append(f'<p class="bad">Error: <code>{e(latest.error)}</code></p>')
+        if latest.failed_keys:
             parts.append("<h3 class=\"bad\">Keys that failed to delete</h3><ul>" + "".join(
-                f"<li><code>{e(k)}</code>: {e(str(v))}</li>" for k, v in latest["failed_keys"].items()) + "</ul>")
-        held = latest.get("held_by") or []
-        parts.append(f"<h2>What holds M back ({latest.get('held_by_count', len(held))} partitions/reasons)</h2>"
+                f"<li><code>{e(k)}</code>: {e(str(v))}</li>" for k, v in latest.failed_keys.items()) + "</ul>")
+        held = latest.held_by
+        parts.append(f"<h2>What holds M back ({latest.held_by_count or len(held)} partitions/reasons)</h2>"
                      "<table><tr><th>topic</th><th>partition</th><th>M(p)</th><th>why</th></tr>" + "".join(
-                         f"<tr><td>{e(str(h['topic'] or '(cluster)'))}</td><td>{'' if h['partition'] is None else h['partition']}"
-                         f"</td><td>{h['m']}</td><td>{'<br>'.join(e(r) for r in h['reasons'])}</td></tr>"
+                         f"<tr><td>{e(h.topic or '(cluster)')}</td><td>{'' if h.partition is None else h.partition}"
+                         f"</td><td>{h.m}</td><td>{'<br>'.join(e(r) for r in h.reasons)}</td></tr>"
                          for h in held) + "</table>")
     if records:
         parts.append("<h2>M over time</h2>" + _chart(records[-200:]))
         rows = []
         for r in reversed(records[-200:]):
-            cls = "ok" if r["status"] in ("ok", "dry_run") else "bad"
-            dele = f"{r.get('would_delete', 0)} (dry)" if r.get("dry_run") else str(r.get("deleted", 0))
-            byts = _bytes(r.get("would_delete_bytes") if r.get("dry_run") else r.get("deleted_bytes"))
-            nfail = len((r.get("gate") or {}).get("failures") or []) + (r.get("delete_errors") or 0)
-            rows.append(f"<tr><td>{r['seq']}</td><td>{_when(r.get('started_ms'))}</td><td class=\"{cls}\">"
-                        f"{e(r['status'])}</td><td>{r.get('m')}</td><td>{r.get('cluster_epoch')}</td><td>{dele}</td>"
-                        f"<td>{byts}</td><td>{r.get('l1_orphans_deleted', 0)}</td><td>{nfail}</td>"
-                        f"<td>{r.get('seconds')}</td></tr>")
+            cls = "ok" if r.status in ("ok", "dry_run") else "bad"
+            dele = f"{r.would_delete} (dry)" if r.dry_run else str(r.deleted)
+            byts = _bytes(r.would_delete_bytes if r.dry_run else r.deleted_bytes)
+            nfail = len(r.gate.failures if r.gate else ()) + r.delete_errors
+            rows.append(f"<tr><td>{r.seq}</td><td>{_when(r.started_ms)}</td><td class=\"{cls}\">"
+                        f"{e(r.status)}</td><td>{r.m}</td><td>{r.cluster_epoch}</td><td>{dele}</td>"
+                        f"<td>{byts}</td><td>{r.l1_orphans_deleted}</td><td>{nfail}</td>"
+                        f"<td>{r.seconds}</td></tr>")
         parts.append("<h2>Runs</h2><table><tr><th>seq</th><th>started</th><th>status</th><th>M</th><th>C</th>"
                      "<th>L0 deleted</th><th>bytes</th><th>L1 orphans deleted</th><th>failures</th><th>s</th></tr>"
                      + "".join(rows) + "</table>")

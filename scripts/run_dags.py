@@ -132,7 +132,7 @@ def main() -> None:
     from ctp_state.gc.history import GcHistory
     from ctp_state.l0 import Record
     from ctp_state.producer import Producer, write_with_retry
-    from ctp_state.reconcile import summaries
+    from ctp_state.status import reconcile_summaries as summaries
     from ctp_state.storage import redact_url
     from ctp_state.topics import create_topic
 
@@ -164,7 +164,7 @@ def main() -> None:
             say(f"round {r + 1}: produced {args.records} records (one L0 object) at epoch {ClusterEpoch(store).current()}")
             driver.run("ctp_epoch_advance")
     driver.run("ctp_reconcile")
-    reconciled = summaries(store).newest() or {}
+    reconciled = summaries(store).newest()
     driver.run("ctp_gc", {"dry_run": True})
     dry = GcHistory(store).tail(1)[0]
     driver.run("ctp_gc", {"dry_run": False})
@@ -187,13 +187,13 @@ def main() -> None:
         "epoch_before": epoch_before,
         "epoch_after": ClusterEpoch(store).current(),
         "records_produced": produced,
-        "records_reconciled": reconciled.get("records"),
-        "l1_files": reconciled.get("l1_files"),
-        "m": gc["m"],
-        "would_delete_dry_run": dry.get("would_delete"),
-        "l0_objects_deleted": gc.get("deleted"),
-        "l0_bytes_deleted": gc.get("deleted_bytes"),
-        "gc_status": gc["status"],
+        "records_reconciled": reconciled.records if reconciled else None,
+        "l1_files": reconciled.l1_files if reconciled else None,
+        "m": gc.m,
+        "would_delete_dry_run": dry.would_delete,
+        "l0_objects_deleted": gc.deleted,
+        "l0_bytes_deleted": gc.deleted_bytes,
+        "gc_status": gc.status,
         "records_read_back": read_back,
         "report": os.path.join(cfg.report_dir, "index.html"),
         "dag_runs": driver.runs,

@@ -121,7 +121,7 @@ def spark_session(master: str | None = None, app_name: str = "ctp-reconcile") ->
             .getOrCreate())
 
 
-def run(spark: Any, args: argparse.Namespace, on_progress: Callable[[str, int, int], None] | None = None) -> dict:
+def run(spark: Any, args: argparse.Namespace, on_progress: Callable[[str, int, int], None] | None = None) -> Any:
     from ctp_state.reconcile import run_reconcile
     from ctp_state.storage import open_store
 
@@ -147,12 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     except (CtpError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(summary, indent=1))
-    if not summary["ok"]:
-        bad = [p for p in summary["partitions"] if p["status"] in ("quarantined", "fenced", "error")]
+    from ctp_state.records import encode
+
+    print(json.dumps(encode(summary), indent=1))
+    if not summary.ok:
+        bad = summary.failed
         first = bad[0]
-        print(f"error: {len(bad)} partition(s) not reconciled; first: {first['topic']}/{first['partition']} "
-              f"{first['status']}: {first['reason']}", file=sys.stderr)
+        print(f"error: {len(bad)} partition(s) not reconciled; first: {first.topic}/{first.partition} "
+              f"{first.status}: {first.reason}", file=sys.stderr)
         return 1
     return 0
 

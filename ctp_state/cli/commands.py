@@ -26,6 +26,7 @@ from ctp_state.cli.demo import generate as generated_batches
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError
 from ctp_state.l0 import Record
+from ctp_state.records import encode
 from ctp_state.settings import GcSettings, ReconcileSettings, from_options, options
 from ctp_state.storage import ObjectStore, open_store, redact_url
 
@@ -346,25 +347,23 @@ def _read_input(store: ObjectStore, file: str) -> tuple[list[tuple[str, int, Rec
 @command
 def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
     """Per partition: fence window, applied epochs, lower bound, M(p), reconcile lag."""
-    from ctp_state.status import describe, read_states, select_topics
+    from ctp_state.status import facts, read_states, select_topics
 
     for name in topics:
         validate.topic_name(name)
     c = ClusterEpoch(store).current()
-    states = read_states(store, select_topics(store, topics))
-    rows = [describe(s) for s in states]
+    rows = [facts(s) for s in read_states(store, select_topics(store, topics))]
     if as_json:
-        emit(True, {"cluster_epoch": c, "store": redact_url(store.url), "partitions": rows})
+        emit(True, {"cluster_epoch": c, "store": redact_url(store.url), "partitions": [encode(r) for r in rows]})
         return
     table = Table("topic", "part", "window", "applied", "prev", "lower bound", "M(p)",
                   "end offset", "lag entries/records/bytes", "writer epoch", title=f"cluster epoch {c}")
     for r in rows:
-        w = r["window"]
+        w = r.window
         table.add_row(
-            r["topic"], str(r["partition"]), f"[{w[0]}, {w[1]}]" if w else "[]",
-            str(r["max_applied_epoch"]), str(r["previous_applied_epoch"]), str(r["min_epoch_lower_bound"]),
-            str(r["m"]), str(r["next_offset"]), f"{r['lag_entries']}/{r['lag_records']}/{r['lag_bytes']}",
-            str(r["writer_epoch"]),
+            r.topic, str(r.partition), f"[{w[0]}, {w[1]}]" if w else "[]",
+            str(r.max_applied_epoch), str(r.previous_applied_epoch), str(r.min_epoch_lower_bound),
+            str(r.m), str(r.next_offset), f"{r.lag_entries}/{r.lag_records}/{r.lag_bytes}", str(r.writer_epoch),
         )
     emit(False, None, table if rows else "no partitions")
 
@@ -394,20 +393,19 @@ def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master
         summary = reconcile_with_spark(store, settings, master=master, topics=list(topics) or None,
                                        on_progress=on_progress)
     if as_json:
-        emit(True, summary)
+        emit(True, encode(summary))
     else:
         click.echo(
-            f"reconciled {summary['records']} records ({summary['l0_bytes']} L0 bytes -> {summary['l1_files']} L1 "
-            f"files, {summary['l1_bytes']} bytes) in {summary['partitions_reconciled']} partitions; "
-            f"advanced {summary['partitions_advanced']} idle partitions; lag left {summary['lag_entries_left']} "
-            f"placeholders; {summary['seconds']}s"
+            f"reconciled {summary.records} records ({summary.l0_bytes} L0 bytes -> {summary.l1_files} L1 "
+            f"files, {summary.l1_bytes} bytes) in {summary.partitions_reconciled} partitions; "
+            f"advanced {summary.partitions_advanced} idle partitions; lag left {summary.lag_entries_left} "
+            f"placeholders; {summary.seconds}s"
         )
-        for p in summary["partitions"]:
-            if p["status"] in ("quarantined", "fenced", "error", "claim_held"):
-                click.echo(f"  {p['topic']}/{p['partition']}: {p['status']}: {p['reason']}")
-    if not summary["ok"]:
-        bad = sum(1 for p in summary["partitions"] if p["status"] in ("quarantined", "fenced", "error"))
-        fail(f"{bad} partition(s) were not reconciled (see the summary above)")
+        for p in summary.partitions:
+            if p.failed or p.status == "claim_held":
+                click.echo(f"  {p.topic}/{p.partition}: {p.status}: {p.reason}")
+    if not summary.ok:
+        fail(f"{len(summary.failed)} partition(s) were not reconciled (see the summary above)")
 
 
 @main.command()
@@ -500,27 +498,27 @@ def gc(store: ObjectStore, as_json: bool, publish_report: bool, verify_first: bo
             emit(True, {"status": "gate_failed", "failures": out.error.failures, "report": out.report})
         # One line: every failure is in the report (and in --json).
         fail(f"{out.error} (report: {out.report})")
-    rec = out.record or {}
+    rec = out.record
+    assert rec is not None  # gc_job returns a record or an error
     if as_json:
-        emit(True, {**rec, "report": out.report, "data_docs": out.docs, "published_files": out.published})
+        emit(True, {**encode(rec), "report": out.report, "data_docs": out.docs, "published_files": out.published})
     else:
-        if rec["dry_run"]:
-            click.echo(f"dry run: would delete {rec['would_delete']} L0 objects ({rec['would_delete_bytes']} bytes) "
-                       f"and {rec['l1_orphans']} L1 orphans ({rec['l1_orphan_bytes']} bytes); nothing deleted")
+        if rec.dry_run:
+            click.echo(f"dry run: would delete {rec.would_delete} L0 objects ({rec.would_delete_bytes} bytes) "
+                       f"and {rec.l1_orphans} L1 orphans ({rec.l1_orphan_bytes} bytes); nothing deleted")
         else:
-            click.echo(f"deleted {rec['deleted']} L0 objects ({rec['deleted_bytes']} bytes) and "
-                       f"{rec.get('l1_orphans_deleted', 0)} L1 orphans; {rec['delete_errors']} failed")
-        click.echo(f"M = {rec['m']} (C = {rec['cluster_epoch']}, {rec['partitions']} partitions); "
-                   f"listed {rec['listed']}, too young {rec['skipped_too_young']}; run {rec['seq']} in {rec['seconds']}s")
-        for h in rec["held_by"][:10]:
-            where = "cluster epoch" if h["topic"] is None else f"{h['topic']}/{h['partition']}"
-            click.echo(f"  held at M by {where}: {'; '.join(h['reasons'])}")
-        if rec["held_by_count"] > 10:
-            click.echo(f"  ... and {rec['held_by_count'] - 10} more")
+            click.echo(f"deleted {rec.deleted} L0 objects ({rec.deleted_bytes} bytes) and "
+                       f"{rec.l1_orphans_deleted} L1 orphans; {rec.delete_errors} failed")
+        click.echo(f"M = {rec.m} (C = {rec.cluster_epoch}, {rec.partitions} partitions); "
+                   f"listed {rec.listed}, too young {rec.skipped_too_young}; run {rec.seq} in {rec.seconds}s")
+        for h in rec.held_by[:10]:
+            click.echo(f"  held at M by {h.where}: {'; '.join(h.reasons)}")
+        if rec.held_by_count > 10:
+            click.echo(f"  ... and {rec.held_by_count - 10} more")
         click.echo(f"report: {out.report}")
-    if rec.get("status") == "partial":
-        fail(f"{rec['delete_errors']} L0 object(s) and {rec.get('l1_delete_errors', 0)} L1 file(s) failed to "
-             f"delete after retries (e.g. {next(iter(rec['failed_keys']), '?')}); the next run retries them")
+    if rec.status == "partial":
+        fail(f"{rec.delete_errors} L0 object(s) and {rec.l1_delete_errors} L1 file(s) failed to "
+             f"delete after retries (e.g. {next(iter(rec.failed_keys), '?')}); the next run retries them")
 
 
 @main.command(name="validate")
@@ -532,18 +530,18 @@ def validate_cmd(store: ObjectStore, as_json: bool, report_dir: str | None, **kn
 
     config = from_options(GcSettings, {**knobs, "dry_run": True})
     report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env(os.environ)
-    ok, failures, info = validate_job(store, config, report_dir)
+    v = validate_job(store, config, report_dir)
     if as_json:
-        emit(True, {"success": ok, "failures": failures, **info})
+        emit(True, encode(v))
     else:
-        st = info["statistics"]
-        click.echo(f"{'passed' if ok else 'FAILED'}: {st.get('successful', 0)}/{st.get('evaluated', 0)} expectations; "
-                   f"M = {info['m']} (C = {info['cluster_epoch']}, {info['partitions']} partitions)")
-        for f in failures:
+        st = v.statistics
+        click.echo(f"{'passed' if v.success else 'FAILED'}: {st.get('successful', 0)}/{st.get('evaluated', 0)} "
+                   f"expectations; M = {v.m} (C = {v.cluster_epoch}, {v.partitions} partitions)")
+        for f in v.failures:
             click.echo(f"  failed: {f}")
-        click.echo(f"data docs: {info['docs']}")
-    if not ok:
-        fail(f"{len(failures)} expectation(s) failed: {failures[0]}")
+        click.echo(f"data docs: {v.docs}")
+    if not v.success:
+        fail(f"{len(v.failures)} expectation(s) failed: {v.failures[0]}")
 
 
 @main.command()
@@ -600,25 +598,18 @@ def demo(store: ObjectStore, as_json: bool, topic_name: str, partitions: int, ro
 
     say = (lambda _msg: None) if as_json else click.echo
 
-    def reconcile() -> dict:
-        from ctp_state.reconcile import run_reconcile
-        from ctp_state.settings import ReconcileSettings
-        from spark_apps import reconcile as app
+    def reconcile() -> Any:
+        from ctp_state.cli.spark import reconcile_with_spark
 
-        spark = app.spark_session(master, app_name="ctp-demo")
-        try:
-            return run_reconcile(store, topics=[topic_name], config=ReconcileSettings(),
-                                 map_files=app.spark_map_files(spark, store.url, "zstd"))
-        finally:
-            spark.stop()
+        return reconcile_with_spark(store, ReconcileSettings(), master=master, topics=[topic_name], app_name="ctp-demo")
 
-    def gc(dry_run: bool) -> dict:
+    def gc(dry_run: bool) -> Any:
         from expectations.job import gc_job, report_dir_from_env
 
         out = gc_job(store, GcSettings(dry_run=dry_run), report_dir_from_env(os.environ))
         if out.error is not None:
             raise out.error
-        return {**(out.record or {}), "report": out.report}
+        return out.record, out.report
 
     summary = run_demo(store, topic=topic_name, partitions=partitions, rounds=rounds, records_per_round=records,
                        say=say, reconcile=None if no_reconcile else reconcile, gc=None if no_gc else gc)

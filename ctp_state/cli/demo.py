@@ -19,7 +19,8 @@ from click import UsageError
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer, write_with_retry
-from ctp_state.status import describe, read_states
+from ctp_state.records import GcRecord, ReconcileSummary, encode
+from ctp_state.status import facts, read_states
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic
 
@@ -34,8 +35,8 @@ def run_demo(
     value_size: int = 200,
     say: Callable[[str], None] = print,
     seed: int = 7,
-    reconcile: Callable[[], dict[str, Any]] | None = None,
-    gc: Callable[[bool], dict[str, Any]] | None = None,
+    reconcile: Callable[[], ReconcileSummary] | None = None,
+    gc: Callable[[bool], tuple[GcRecord, str]] | None = None,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     epochs = ClusterEpoch(store)
@@ -63,14 +64,14 @@ def run_demo(
         verdict = producer.write([((t.name, 0), [Record(b"late")])], epoch=max(1, stale))[0]
         say(f"a producer with stale epoch {stale}: "
             + ("accepted" if verdict.accepted else f"rejected ({verdict.reason}): {verdict.error}"))
-    reconciled: dict[str, Any] | None = None
+    reconciled: ReconcileSummary | None = None
     if reconcile is not None:
         say("running the Spark reconciler ...")
         reconciled = reconcile()
-        say(f"reconciled {reconciled['records']} records into {reconciled['l1_files']} L1 files "
-            f"({reconciled['l0_bytes']} L0 bytes -> {reconciled['l1_bytes']} Parquet bytes) in "
-            f"{reconciled['seconds']}s; quarantined: {reconciled['partitions_quarantined']}")
-        if not reconciled["ok"]:
+        say(f"reconciled {reconciled.records} records into {reconciled.l1_files} L1 files "
+            f"({reconciled.l0_bytes} L0 bytes -> {reconciled.l1_bytes} Parquet bytes) in "
+            f"{reconciled.seconds}s; quarantined: {reconciled.partitions_quarantined}")
+        if not reconciled.ok:
             raise RuntimeError("the demo's reconcile did not succeed; see the run summary under runs/reconcile/")
         from ctp_state.read import read_partition
 
@@ -80,15 +81,17 @@ def run_demo(
             + ("every record exactly once" if total == expected else "MISMATCH"))
         if total != expected:
             raise RuntimeError(f"read back {total} records, the logs hold {expected}")
-    collected: dict[str, Any] | None = None
+    collected: GcRecord | None = None
+    report: str | None = None
     if gc is not None:
-        dry = gc(True)
-        say(f"GC dry run: M = {dry['m']} (C = {dry['cluster_epoch']}); would delete {dry['would_delete']} L0 "
-            f"objects ({dry['would_delete_bytes']} bytes); Great Expectations gate: "
-            f"{dry['gate']['statistics'].get('successful')}/{dry['gate']['statistics'].get('evaluated')} passed")
-        collected = gc(False)
-        say(f"GC: deleted {collected['deleted']} L0 objects ({collected['deleted_bytes']} bytes) at or below "
-            f"M = {collected['m']}; {collected['l1_orphans_deleted']} L1 orphans")
+        dry, _ = gc(True)
+        stats = dry.gate.statistics if dry.gate else {}
+        say(f"GC dry run: M = {dry.m} (C = {dry.cluster_epoch}); would delete {dry.would_delete} L0 "
+            f"objects ({dry.would_delete_bytes} bytes); Great Expectations gate: "
+            f"{stats.get('successful')}/{stats.get('evaluated')} passed")
+        collected, report = gc(False)
+        say(f"GC: deleted {collected.deleted} L0 objects ({collected.deleted_bytes} bytes) at or below "
+            f"M = {collected.m}; {collected.l1_orphans_deleted} L1 orphans")
         if reconcile is not None:
             from ctp_state.read import read_partition
 
@@ -97,23 +100,26 @@ def run_demo(
             say(f"after the GC, read back {total} records (expected {expected})")
             if total != expected:
                 raise RuntimeError(f"after the GC, read back {total} records, the logs hold {expected}")
-        say(f"report: {collected['report']}")
-    states = [describe(s) for s in read_states(store, [t])]
+        say(f"report: {report}")
+    states = [facts(s) for s in read_states(store, [t])]
     c = epochs.current()
-    m = min([c - 1] + [s["m"] for s in states])
+    m = min([c - 1] + [s.m for s in states if s.m is not None])
     summary = {
         "store": store.url,
         "topic": t.name,
         "cluster_epoch": c,
         "records_produced": produced,
         "stale_write_rejected": not verdict.accepted,
-        "reconcile": None if reconciled is None else {k: v for k, v in reconciled.items() if k != "partitions"},
+        "reconcile": None if reconciled is None else {
+            k: v for k, v in encode(reconciled).items() if k != "partitions"},
         "m_if_gc_ran_now": m,
-        "gc": None if collected is None else {k: collected[k] for k in (
-            "m", "cluster_epoch", "deleted", "deleted_bytes", "l1_orphans_deleted", "report", "status")},
-        "lag_records": sum(s["lag_records"] for s in states),
+        "gc": None if collected is None else {
+            "m": collected.m, "cluster_epoch": collected.cluster_epoch, "deleted": collected.deleted,
+            "deleted_bytes": collected.deleted_bytes, "l1_orphans_deleted": collected.l1_orphans_deleted,
+            "report": report, "status": collected.status},
+        "lag_records": sum(s.lag_records for s in states),
         "seconds": round(time.monotonic() - started, 2),
-        "partitions": states,
+        "partitions": [encode(s) for s in states],
     }
     say(f"cluster epoch {c}; {summary['lag_records']} records await the reconciler; "
         f"M = min(C-1, M(p)) = {m}: L0 objects with epoch <= {m} are garbage")

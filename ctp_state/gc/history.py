@@ -25,21 +25,20 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctp_state.errors import CorruptData, ObjectNotFound, UnsupportedVersion
+from ctp_state import layout, records
+from ctp_state.errors import CorruptData, ObjectNotFound
+from ctp_state.records import GcPartitionView, GcRecord
 from ctp_state.sequence import DenseSequence
 from ctp_state.storage import ObjectStore
 
-HISTORY_PREFIX = "gc/history/"
-HISTORY_HINT = "gc/history/hint"
-PARTITIONS_PREFIX = "gc/partitions/"
-RECORD_VERSION = 2
-SUPPORTED_RECORD_VERSIONS = (1, 2)  # 1: before records were sealed
-PASSED = ("ok", "partial", "dry_run")
+HISTORY_PREFIX = layout.GC_HISTORY
+HISTORY_HINT = HISTORY_PREFIX + "hint"
+PARTITIONS_PREFIX = layout.GC_PARTITIONS
+PASSED = GcRecord.PASSED
 
 PARTITION_SCHEMA = pa.schema([
     ("topic", pa.string()),
@@ -58,50 +57,45 @@ PARTITION_SCHEMA = pa.schema([
 ])
 
 
-def _checked(rec: dict[str, Any], key: str) -> dict[str, Any]:
-    if rec.get("v") not in SUPPORTED_RECORD_VERSIONS:
-        raise UnsupportedVersion(key, "GC history record", rec.get("v"), SUPPORTED_RECORD_VERSIONS)
-    return rec
-
-
 def record_key(seq: int) -> str:
-    return f"{HISTORY_PREFIX}{seq:020d}.json"
+    return layout.sequence_key(HISTORY_PREFIX, seq)
 
 
 def partitions_key(seq: int) -> str:
-    return f"{PARTITIONS_PREFIX}{seq:020d}.parquet"
+    return layout.gc_partitions_key(seq)
 
 
 class GcHistory:
     def __init__(self, store: ObjectStore):
         self.store = store
-        self.seq = DenseSequence(store, HISTORY_PREFIX, "GC history record", legacy_version=1, check=_checked)
+        # version 1: records written before records were sealed
+        self.seq = DenseSequence(store, HISTORY_PREFIX, GcRecord, legacy_version=1)
 
     def last_seq(self) -> int:
         """The newest seq in the history, -1 when empty."""
         return self.seq.last()
 
-    def get(self, seq: int) -> dict[str, Any]:
+    def get(self, seq: int) -> GcRecord:
         return self.seq.get(seq)
 
     def tail(self, n: int, last: int | None = None, *,
-             unreadable: list[tuple[int, str]] | None = None) -> list[dict[str, Any]]:
+             unreadable: list[tuple[int, str]] | None = None) -> list[GcRecord]:
         """The newest ``n`` records, oldest first. With ``unreadable`` a record that does
         not read (checksum, version) is skipped and reported there as ``(seq, why)``
         instead of raising: one damaged record must not stop every later GC run."""
         return self.seq.tail(n, last, unreadable=unreadable)
 
-    def records(self) -> Iterator[dict[str, Any]]:
+    def records(self) -> Iterator[GcRecord]:
         """Every record, oldest first (for reports and audits, not for the GC's own path)."""
         return iter(self.tail(self.last_seq() + 1))
 
-    def append(self, make: Callable[[int], dict[str, Any]], *, attempts: int = 32) -> dict[str, Any]:
+    def append(self, make: Callable[[int], GcRecord], *, attempts: int = 32) -> GcRecord:
         """Write ``make(seq)`` at the next free seq, create-if-absent; retry on a lost race.
 
         ``make`` is called again with the new seq after a lost race, so a record can
         reflect the runs that won before it.
         """
-        return self.seq.append(lambda seq: {"v": RECORD_VERSION, **make(seq)}, attempts=attempts)
+        return self.seq.append(make, attempts=attempts)
 
     # --- per-run partition views ---
 
@@ -112,7 +106,8 @@ class GcHistory:
         self.store.put(key, buf.getvalue())
         return key
 
-    def read_partitions(self, key: str) -> pa.Table:
+    def read_partition_table(self, key: str) -> pa.Table:
+        """A run's partition view as written (:data:`PARTITION_SCHEMA`)."""
         try:
             return pq.read_table(io.BytesIO(self.store.get(key)))
         except ObjectNotFound:
@@ -120,13 +115,19 @@ class GcHistory:
         except Exception as e:  # pyarrow raises several types for a bad file
             raise CorruptData(key, f"GC partition view does not read as Parquet ({e})") from None
 
+    def read_partitions(self, key: str) -> list[GcPartitionView]:
+        """A run's partition view, one typed row per partition."""
+        rows: list[GcPartitionView] = records.convert(list[GcPartitionView], self.read_partition_table(key).to_pylist(),
+                                                      key)
+        return rows
 
-def high_water(records: list[dict[str, Any]]) -> int | None:
-    """The highest M any passing run recorded, as known from ``records`` (each carries
+
+def high_water(recs: list[GcRecord]) -> int | None:
+    """The highest M any passing run recorded, as known from ``recs`` (each carries
     the high-water mark of everything before it)."""
     best: int | None = None
-    for r in records:
-        for v in (r.get("m_high_water"), r.get("m") if r.get("status") in PASSED else None):
+    for r in recs:
+        for v in (r.m_high_water, r.m if r.passed else None):
             if v is not None and (best is None or v > best):
                 best = v
     return best

@@ -7,15 +7,13 @@ import bisect
 import hashlib
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from ctp_state import layout
 from ctp_state import state as sm
-from ctp_state.entries import AccessMode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, StateUnreadable
-from ctp_state.reconcile import state_fields, summaries
-from ctp_state.status import select_topics, try_read_partition_states, unaccounted_logs
+from ctp_state.records import ReconcileSummary
+from ctp_state.status import reconcile_summaries, select_topics, try_read_partition_states, unaccounted_logs
 from ctp_state.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -60,19 +58,16 @@ class PartitionView:
 
     @classmethod
     def of_state(cls, s: sm.PartitionState) -> PartitionView:
-        f = state_fields(s)
-        holders = tuple(sm.Holder(o, AccessMode(m), 0, int(lu)) for o, m, lu in f["holders"])
-        return cls(s.topic, s.partition, "log", f["initialized"], f["min_epoch_lower_bound"],
-                   f["previous_applied_epoch"], f["max_applied_epoch"], f["last_reconciled_offset"],
-                   f["log_end_offset"], f["lag_entries"], f["lag_records"], f["lag_bytes"], holders,
-                   f["min_pending_epoch"], s.l1_ends, s.l1_crcs)
+        return cls(s.topic, s.partition, "log", s.initialized, s.min_epoch_lower_bound, s.previous_applied_epoch,
+                   s.max_applied_epoch, s.last_reconciled_offset, s.applied_offset + 1, s.lag_entries,
+                   s.lag_records, s.lag_bytes, s.holders, s.min_pending_epoch, s.l1_ends, s.l1_crcs)
 
 
-def newest_summary(store: ObjectStore) -> dict[str, Any] | None:
+def newest_summary(store: ObjectStore) -> ReconcileSummary | None:
     """The newest reconcile run summary by the store's sequence, for R7 annotations
     only; a summary that does not read is skipped (it cannot change M)."""
     try:
-        return summaries(store).newest()
+        return reconcile_summaries(store).newest()
     except CtpError as e:
         log.warning("ignoring the newest reconcile summary: %s", e)
         return None
@@ -91,11 +86,12 @@ def gather(store: ObjectStore, *, threads: int = 32) -> tuple[int, list[Partitio
     return c, [PartitionView.of_state(s) for s in states]  # type: ignore[arg-type]
 
 
-def quarantined_of(summary: dict[str, Any] | None) -> dict[tuple[str, int], tuple[str | None, str]]:
-    if not summary:
+def quarantined_of(summary: ReconcileSummary | None) -> dict[tuple[str, int], tuple[str | None, str]]:
+    """The partitions the summary quarantined: (topic, partition) -> (L0 key, reason)."""
+    if summary is None:
         return {}
-    return {(p["topic"], p["partition"]): (p.get("key"), p.get("reason") or "quarantined")
-            for p in summary.get("partitions", []) if p.get("status") == "quarantined"}
+    return {(p.topic, p.partition): (p.key, p.reason or "quarantined")
+            for p in summary.partitions if p.status == "quarantined"}
 
 
 def m_digest(views: list[PartitionView]) -> str:

@@ -43,6 +43,7 @@ from ctp_state.gc.history import PASSED, GcHistory, high_water
 from ctp_state.gc.inputs import PartitionView, gather, m_digest, newest_summary, quarantined_of
 from ctp_state.gc.m import Holdback, MDecision, compute_m
 from ctp_state.gc.tables import history_table, partition_view_table, state_table
+from ctp_state.records import GateInfo, GcPartitionView, GcRecord, HeldBy, HistorySkip
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
 
@@ -59,8 +60,8 @@ class GateResult:
 Gate = Callable[[dict[str, pa.Table]], GateResult]
 
 
-def _holdback(h: Holdback) -> dict[str, Any]:
-    return {"topic": h.topic, "partition": h.partition, "m": h.m, "reasons": list(h.reasons)}
+def held_by(h: Holdback) -> HeldBy:
+    return HeldBy(topic=h.topic, partition=h.partition, m=h.m, reasons=h.reasons)
 
 
 @dataclass
@@ -99,13 +100,13 @@ def prepare(store: ObjectStore, config: GcSettings = GcSettings(), *,
     # of everything before it).
     skipped: list[tuple[int, str]] = []
     tail = history.tail(config.history_tail, last, unreadable=skipped)
-    passed = [r for r in tail if r.get("status") in PASSED]
+    passed = [r for r in tail if r.passed]
     hw_before = high_water(tail)
 
     on_progress("read", 0, 1)
     c, views = gather(store, threads=config.read_threads)
     summary = newest_summary(store)
-    summary_used = summary.get("run_id") if summary else None
+    summary_used = summary.run_id if summary else None
     on_progress("read", 1, 1)
     decision: MDecision = compute_m(c, views, now_ms=started_ms, quarantined=quarantined_of(summary))  # type: ignore[arg-type]
 
@@ -113,31 +114,32 @@ def prepare(store: ObjectStore, config: GcSettings = GcSettings(), *,
     watermarks: dict[tuple[str, int], tuple[int, int]] = {}
     # The reference for lower bounds and L1 watermarks: the newest passing run's view
     # that reads (a dry run's view carries the watermarks it was given, unchanged).
-    ref, pt = None, []
+    ref: GcRecord | None = None
+    pt: list[GcPartitionView] = []
     for r in reversed(passed):
-        if not r.get("partitions_key"):
+        if not r.partitions_key:
             continue
         try:
-            pt = history.read_partitions(r["partitions_key"]).to_pylist()
+            pt = history.read_partitions(r.partitions_key)
         except (CorruptData, ObjectNotFound) as e:
-            skipped.append((r["seq"], f"its partition view does not read: {e}"))
+            skipped.append((r.seq, f"its partition view does not read: {e}"))
             continue
         ref = r
         break
     if ref:
         now = {(v.topic, v.partition) for v in views}
-        gone = [(r["topic"], r["partition"], f"the GC run {ref['seq']} saw this partition, the topic "
-                 "metadata no longer lists it") for r in pt if (r["topic"], r["partition"]) not in now]
+        gone = [(r.topic, r.partition, f"the GC run {ref.seq} saw this partition, the topic "
+                 "metadata no longer lists it") for r in pt if (r.topic, r.partition) not in now]
         if gone:
             raise StateUnreadable(gone)
-        previous_lb = {(r["topic"], r["partition"]): r["min_epoch_lower_bound"] for r in pt
-                       if r["min_epoch_lower_bound"] is not None}
-        watermarks = {(r["topic"], r["partition"]): (r["l1_swept_through"], r["l1_swept_log_end"]) for r in pt}
+        previous_lb = {(r.topic, r.partition): r.min_epoch_lower_bound for r in pt
+                       if r.min_epoch_lower_bound is not None}
+        watermarks = {(r.topic, r.partition): (r.l1_swept_through, r.l1_swept_log_end) for r in pt}
 
     # Every partition's new committed L1 files are checked (their L0 sources may go this
     # run); orphans are collected only where no claim is live (a reconciler may be
     # writing) and in the topics asked for. Once a period, every L1 file is listed.
-    last_full = ref.get("l1_full_sweep_ms") if ref else None
+    last_full = ref.l1_full_sweep_ms if ref else None
     full = last_full is None or started_ms - last_full >= config.l1_full_sweep_s * 1000
     inputs = []
     for v in views:
@@ -202,7 +204,7 @@ def run_gc(
     config: GcSettings = GcSettings(),
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
     clock: Callable[[], float] = time.time,
-) -> dict[str, Any]:
+) -> GcRecord:
     """One GC run; returns its history record. Raises :class:`GateFailed` (nothing
     deleted) when the checkpoint fails, :class:`StateUnreadable` (nothing deleted, the
     run recorded as ``failed``) when a partition's state cannot be read."""
@@ -216,13 +218,14 @@ def run_gc(
         "run_id": p.run_id, "started_ms": p.started_ms, "dry_run": config.dry_run, "cluster_epoch": p.cluster_epoch,
         "m": decision.m, "m_high_water_before": p.m_high_water_before, "partitions": len(p.views),
         "summary_run_id": p.summary_used, "m_digest": m_digest(p.views),
-        "history_skipped": [{"seq": seq, "why": why} for seq, why in p.history_skipped],
-        "held_by": [_holdback(h) for h in decision.held_by[:20]], "held_by_count": len(decision.held_by),
+        "history_skipped": tuple(HistorySkip(seq=seq, why=why) for seq, why in p.history_skipped),
+        "held_by": tuple(held_by(h) for h in decision.held_by[:20]), "held_by_count": len(decision.held_by),
         "config": {"grace_s": config.grace_s, "l1_grace_s": config.l1_grace_s, "max_deletes": config.max_deletes},
     }
 
-    def finish(status: str, extra: dict[str, Any], *, with_view: bool, marks: dict | None = None) -> dict[str, Any]:
-        def make(seq: int) -> dict[str, Any]:
+    def finish(status: str, extra: dict[str, Any], *, with_view: bool,
+               marks: dict[tuple[str, int], tuple[int, int]] | None = None) -> GcRecord:
+        def make(seq: int) -> GcRecord:
             nonlocal status
             finished_ms = int(clock() * 1000)
             between = history.tail(seq - p.last_seq - 1, seq - 1, unreadable=[]) if seq > p.last_seq + 1 else []
@@ -230,25 +233,24 @@ def run_gc(
             # M (it read newer states), this run's lower M must not become the reference,
             # or the history would decrease: it is recorded as superseded. Its deletes were
             # at or below its own M, so below the other's: safe.
-            if status in PASSED and any(r.get("status") in PASSED and (r.get("m") or -1) > (decision.m or -1)
-                                        for r in between):
+            if status in PASSED and any(r.passed and (r.m if r.m is not None else -1) > (
+                    decision.m if decision.m is not None else -1) for r in between):
                 status = "superseded"
             passed_now = status in PASSED and decision.m is not None
             hw = max([x for x in (p.m_high_water_before, high_water(between), decision.m if passed_now else None)
                       if x is not None], default=None)
-            rec = {**base, **extra, "status": status, "finished_ms": finished_ms,
-                   "seconds": round((finished_ms - p.started_ms) / 1000, 3), "m_high_water": hw}
-            if with_view:
-                rec["partitions_key"] = history.write_partitions(
-                    seq, partition_view_table(p.views, marks if marks is not None else p.watermarks))
-            return rec
+            view = history.write_partitions(seq, partition_view_table(
+                p.views, marks if marks is not None else p.watermarks)) if with_view else None
+            return GcRecord(**base, **extra, status=status, finished_ms=finished_ms,
+                            seconds=round((finished_ms - p.started_ms) / 1000, 3), m_high_water=hw,
+                            partitions_key=view)
         return history.append(make)
 
     on_progress("gate", 0, 1)
     result, failures = check(p, gate)
     on_progress("gate", 1, 1)
-    gate_info = {"gate": {"success": not failures, "statistics": result.statistics, "failures": failures,
-                          "docs": result.docs}}
+    gate_info = {"gate": GateInfo(success=not failures, statistics=result.statistics, failures=tuple(failures),
+                                  docs=result.docs)}
     if failures:
         finish("gate_failed", gate_info, with_view=False)
         raise GateFailed(failures, result.statistics, result.docs)
@@ -303,17 +305,17 @@ def run_gc(
                   marks=p.new_marks if not l1_res.delete_errors else None)
 
 
-def _record_unreadable(store: ObjectStore, config: GcSettings, e: StateUnreadable, clock: Callable[[], float]) -> None:
+def _record_unreadable(store: ObjectStore, config: GcSettings, e: StateUnreadable,
+                       clock: Callable[[], float]) -> None:
     """Put a run that could not read every partition on record: which ones, and why."""
     now = int(clock() * 1000)
-    held = [{"topic": t, "partition": p, "m": None, "reasons": [f"state cannot be read: {why}"]}
-            for t, p, why in e.problems[:20]]
+    held = tuple(HeldBy(topic=t, partition=p, m=None, reasons=(f"state cannot be read: {why}",))
+                 for t, p, why in e.problems[:20])
     history = GcHistory(store)
     tail = history.tail(1, unreadable=[])
-    rec = {"run_id": f"{now}-unreadable", "started_ms": now, "finished_ms": now, "seconds": 0.0,
-           "dry_run": config.dry_run, "status": "failed", "error": str(e), "m": None,
-           "m_high_water": high_water(tail), "held_by": held, "held_by_count": len(e.problems),
-           "deleted": 0, "listed": 0}
+    rec = GcRecord(run_id=f"{now}-unreadable", started_ms=now, finished_ms=now, seconds=0.0, dry_run=config.dry_run,
+                   status="failed", error=str(e), m=None, m_high_water=high_water(tail), held_by=held,
+                   held_by_count=len(e.problems))
     try:
         history.append(lambda seq: rec)
     except CtpError as err:  # the run stays failed either way; say so in the log

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ctp_state.gc.history import PARTITION_SCHEMA, PASSED
+from ctp_state.gc.history import PARTITION_SCHEMA
+from ctp_state.records import GcRecord
 
 if TYPE_CHECKING:
     from ctp_state.gc.inputs import PartitionView
@@ -26,11 +27,12 @@ STATE_SCHEMA = pa.schema([
 ])
 
 
-def history_table(tail: list[dict[str, Any]], candidate: dict[str, Any]) -> pa.Table:
-    rows = [{"seq": r["seq"], "candidate": False, "status": r["status"], "m": r.get("m"),
-             "cluster_epoch": r.get("cluster_epoch"), "m_high_water_before": r.get("m_high_water_before"),
-             "started_ms": r.get("started_ms"), "run_id": r.get("run_id")}
-            for r in tail if r.get("status") in PASSED]
+def history_table(tail: list[GcRecord], candidate: dict[str, Any]) -> pa.Table:
+    """The passing runs of ``tail`` and this run's ``candidate`` row (seq, m, cluster
+    epoch, high water before, started, run id)."""
+    rows = [{"seq": r.seq, "candidate": False, "status": r.status, "m": r.m, "cluster_epoch": r.cluster_epoch,
+             "m_high_water_before": r.m_high_water_before, "started_ms": r.started_ms, "run_id": r.run_id}
+            for r in tail if r.passed]
     rows.append({**candidate, "candidate": True, "status": "candidate"})
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 

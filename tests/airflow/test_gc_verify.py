@@ -37,5 +37,5 @@ def test_verify_stops_the_gc_dag_before_any_delete(airflow_env, store):
 
     r = airflow(airflow_env, "dags", "test", "ctp_gc", "-c", json.dumps({"verify": False}), timeout=600)
     assert "verify: skipped" in r.stdout + r.stderr
-    assert GcHistory(store).tail(1)[0]["status"] == "ok"
+    assert GcHistory(store).tail(1)[0].status == "ok"
     assert set(l0_keys(store)) < set(before)  # without verify, the GC runs (its state reads) and deletes

@@ -127,6 +127,6 @@ def test_trigger_the_gc_dag_with_dry_run_through_the_rest_api(airflow_env, store
     finally:
         procs.stop()
     rec = GcHistory(store).tail(1)[0]
-    assert rec["status"] == "dry_run" and rec["would_delete"] > 0 and rec["deleted"] == 0
+    assert rec.status == "dry_run" and rec.would_delete > 0 and rec.deleted == 0
     assert {o.key for o in store.list(layout.L0_ROOT)} == l0_before  # a dry run deletes nothing
     assert all(p.poll() is not None for p in procs.procs)

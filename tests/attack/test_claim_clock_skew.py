@@ -42,6 +42,6 @@ def test_a_dead_reconciler_with_a_fast_clock_does_not_block_the_partition_past_i
 
     time.sleep(3)  # the 1 s lease it asked for is long over
     summary = run_reconcile(store)
-    part = summary["partitions"][0]
+    part = summary.partitions[0]
     rec = run_gc(store, gate=gate)
-    assert part["status"] == "reconciled", (part["status"], part["reason"], "M stays", rec["m"])
+    assert part.status == "reconciled", (part.status, part.reason, "M stays", rec.m)

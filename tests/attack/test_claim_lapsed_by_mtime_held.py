@@ -39,9 +39,9 @@ def test_a_reconciler_named_lapsed_mid_run_is_fenced_and_nothing_is_doubled(stor
         go_on.wait(30)  # the first reconciler stalls after writing its files (GC pause, slow Spark)
         return out
 
-    first: dict = {}
+    first: list = []
     cfg = ReconcileSettings(lease_ms=1500, target_file_bytes=1)  # one L1 file per chunk
-    t = threading.Thread(target=lambda: first.update(run_reconcile(store, config=cfg, map_files=slow_map)))
+    t = threading.Thread(target=lambda: first.append(run_reconcile(store, config=cfg, map_files=slow_map)))
     t.start()
     assert built.wait(30)
     time.sleep(3.2)  # past the lease by the store's clock (S3 mtimes have 1 s resolution)
@@ -50,9 +50,9 @@ def test_a_reconciler_named_lapsed_mid_run_is_fenced_and_nothing_is_doubled(stor
         assert prod.write([(("t", 0), [Record(b"late", None, 5000)])])[0].accepted
     go_on.set()
     t.join(60)
-    (p1,), (p2,) = first["partitions"], second["partitions"]
-    assert p2["status"] in ("reconciled", "advanced"), p2
-    assert p1["status"] == "fenced", p1
+    (p1,), (p2,) = first[0].partitions, second.partitions
+    assert p2.status in ("reconciled", "advanced"), p2
+    assert p1.status == "fenced", p1
     st = PartitionLog(store, "t", 0).read_state()
     assert st.last_reconciled_offset == 19 and [p.base_offset for p in st.pending] == [20]
     assert values(store) == [r.value for r in recs] + [b"late"]

@@ -49,7 +49,7 @@ def test_one_damaged_history_object_does_not_stop_later_gc_runs(store, gate, dam
     create_topic(store, "t", 1)
     ce = ClusterEpoch(store)
     _garbage_round(store, ce, 0)
-    assert run_gc(store, gate=gate)["status"] == "ok"
+    assert run_gc(store, gate=gate).status == "ok"
     damage(store)
 
     failures = []
@@ -62,7 +62,7 @@ def test_one_damaged_history_object_does_not_stop_later_gc_runs(store, gate, dam
     left = len(l0_keys(store))
     assert len(failures) < 3, f"every GC run failed ({failures}); {left} L0 objects pile up, nothing recovers"
     newest = GcHistory(store).tail(1)[0]
-    assert newest["status"] == "ok" and left == 0 and not failures  # every later run collected
+    assert newest.status == "ok" and left == 0 and not failures  # every later run collected
     # the run that first skipped the damaged object says so on its record
     first_after = GcHistory(store).get(1)
-    assert first_after["history_skipped"] and first_after["history_skipped"][0]["seq"] == 0
+    assert first_after.history_skipped and first_after.history_skipped[0].seq == 0

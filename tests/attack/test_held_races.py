@@ -100,7 +100,7 @@ def test_kill_9_of_a_reconciler_before_and_after_its_commit_converges(fstore, ga
     run_reconcile(store, config=ReconcileSettings(target_file_bytes=200))
     run_reconcile(store, config=ReconcileSettings(target_file_bytes=200))
     rec = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
-    assert rec["status"] == "ok" and rec["m"] >= 4
+    assert rec.status == "ok" and rec.m >= 4
     for p in (0, 1):
         assert values(store, "t", p) == sent[p]
 
@@ -130,5 +130,5 @@ def test_a_partition_repaired_at_offset_above_0_reconciles_and_collects_safely(s
     ce.advance()
     run_reconcile(store)
     rec = run_gc(store, gate=gate)
-    assert rec["status"] == "ok" and rec["m"] >= 5
+    assert rec.status == "ok" and rec.m >= 5
     assert values(store, "t", 1) == sent

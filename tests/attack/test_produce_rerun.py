@@ -50,7 +50,7 @@ def _write(path, lines) -> str:
 def _produce(args, url, monkeypatch=None, wrap=None):
     if wrap is not None:
         real = cli.open_store
-        monkeypatch.setattr(cli, "open_store", lambda u: wrap(real(u)))
+        monkeypatch.setattr(cli, "open_store", lambda u, env: wrap(real(u, env)))
     try:
         return CliRunner().invoke(cli.main, ["produce", *args, "--store", url, "--json"])
     finally:

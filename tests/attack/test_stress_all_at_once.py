@@ -85,7 +85,7 @@ def test_producers_reconcilers_gcs_and_advances_together_lose_and_duplicate_noth
     for t in threads:
         t.join(120)
 
-    deleted = sum(r.get("deleted", 0) for r in gc_runs)
+    deleted = sum(r.deleted for r in gc_runs)
     assert gc_runs and deleted > 0, (len(gc_runs), errors[:5])
     for p in range(PARTITIONS):
         rows = read_partition(store, "t", p).to_pylist()

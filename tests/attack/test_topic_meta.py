@@ -64,7 +64,7 @@ def test_a_flipped_digit_in_the_topic_partition_count_never_lets_the_gc_delete(s
 def test_a_missing_topic_metadata_object_stops_the_gc(store, gate):
     ce, l0 = _setup(store)
     first = run_gc(store, gate=gate)  # a GC that saw t/0 and t/1 (M pinned by t/1)
-    assert first["partitions"] == 2
+    assert first.partitions == 2
     meta_key = layout.topic_meta("t")
     raw = store.get(meta_key)
     store.delete_many([meta_key])  # lost: a bad lifecycle rule, a hand "cleanup", a bad restore

@@ -26,6 +26,7 @@ import pytest
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ConfigError
 from ctp_state.gc import STATE_SCHEMA, history_table
+from ctp_state.records import GcRecord
 from ctp_state.gc.history import GcHistory
 from ctp_state.gc.l1 import L1_CHECK_SCHEMA
 from ctp_state.log import PartitionLog
@@ -95,8 +96,8 @@ def test_two_gcs_on_two_stores_racing_in_one_report_dir_never_delete_the_damaged
     b_before = l0_keys(store_b)
     assert b_before
 
-    ok, failures, _ = validate_job(store, GcSettings(dry_run=True), str(report))  # the directory is A's
-    assert ok, failures
+    v = validate_job(store, GcSettings(dry_run=True), str(report))  # the directory is A's
+    assert v.success, v.failures
 
     env_a = with_this_checkout(subprocess_env)
     env_b = {**env_a, **s3_env_b, "CTP_STORE": url_b}
@@ -153,8 +154,9 @@ for _ in range(n):
 def gate_frames(*, duplicated_offset: bool = False) -> dict[str, pa.Table]:
     """The three tables as the GC builds them; with ``duplicated_offset`` one L1 file
     holds an offset twice."""
-    history = history_table([{"seq": s, "status": "ok", "m": 2 + s, "cluster_epoch": 4 + s,
-                              "m_high_water_before": 1 + s if s else None, "started_ms": 1000 * s}
+    history = history_table([GcRecord(seq=s, run_id=f"r{s}", status="ok", m=2 + s, cluster_epoch=4 + s,
+                                      m_high_water_before=1 + s if s else None, started_ms=1000 * s,
+                                      finished_ms=1000 * s, seconds=0.0)
                              for s in range(3)],
                             {"seq": 3, "m": 5, "cluster_epoch": 7, "m_high_water_before": 4, "started_ms": 3000})
     state = pa.Table.from_pylist([{"topic": "t", "partition": p, "source": "log", "min_epoch_lower_bound": 6,
@@ -244,7 +246,7 @@ def test_a_report_dir_belongs_to_the_store_that_used_it_first(store_url, second_
 
     assert gc_job(store, GcSettings(dry_run=True), str(report)).error is None  # A's runs go on
     out = gc_job(store_b, GcSettings(dry_run=True), str(tmp_path / "report-b"))  # B with its own directory
-    assert out.error is None and out.record["would_delete"] == len(before)
+    assert out.error is None and out.record.would_delete == len(before)
 
 
 def test_two_stores_claiming_one_new_report_dir_at_once_one_wins(tmp_path):
@@ -278,17 +280,17 @@ def test_gate_runs_are_named_by_the_gc_run_and_keep_their_own_pages(store, tmp_p
     recs = [run_gc(store, gate=gate, config=GcSettings(dry_run=True)) for _ in range(3)]
     site, runs = gate.docs_dir, os.path.join(gate.docs_dir, "runs")
     for rec in recs[1:]:
-        assert rec["gate"]["docs"] == os.path.join(runs, f"{rec['run_id']}.html")
-        with open(os.path.join(runs, f"{rec['run_id']}.json"), encoding="utf-8") as f:
+        assert rec.gate.docs == os.path.join(runs, f"{rec.run_id}.html")
+        with open(os.path.join(runs, f"{rec.run_id}.json"), encoding="utf-8") as f:
             pages = json.load(f)["pages"]
         assert set(pages) == {"gc_history", "partition_state", "l1_files"}
         for suite, rel in pages.items():
-            assert rel.startswith(f"validations/{suite}/{rec['run_id']}/")
+            assert rel.startswith(f"validations/{suite}/{rec.run_id}/")
             assert os.path.isfile(os.path.join(site, rel))
     files = [os.path.join(d, n) for d, _, ns in os.walk(tmp_path / "report") for n in ns]
-    assert not any(recs[0]["run_id"] in f or "__none__" in f for f in files)  # the oldest run was pruned
+    assert not any(recs[0].run_id in f or "__none__" in f for f in files)  # the oldest run was pruned
     index = open(os.path.join(site, "index.html"), encoding="utf-8").read()
-    assert recs[1]["run_id"] in index and recs[2]["run_id"] in index and recs[0]["run_id"] not in index
+    assert recs[1].run_id in index and recs[2].run_id in index and recs[0].run_id not in index
     remote = re.compile(r"<(?:link|script|img)\b[^>]*(?:src|href)=\"(?:https?:)?//", re.I)
     for f in files:
         if f.endswith(".html"):

@@ -9,7 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
+from ctp_state import records
 from ctp_state.gc.history import GcHistory
+from ctp_state.records import GcRecord
 from tests.core.test_cli import CTP, ctp, ok
 from tests.support import assert_exactly_once, produce_rounds
 
@@ -38,7 +40,8 @@ def test_dry_run_gc_and_validate_from_the_command_line(subprocess_env, store, tm
     assert_exactly_once(store, "t", sent)
 
     # An audit record claiming a higher M: the gate must stop the next run.
-    GcHistory(store).append(lambda seq: {**rec, "seq": seq, "m": rec["m"] + 3, "m_high_water": rec["m"] + 3})
+    GcHistory(store).append(lambda seq: records.decode(GcRecord, {**rec, "m": rec["m"] + 3, "m_high_water": rec["m"] + 3},
+                                                       "test"))
     r = ctp(env, "validate")
     assert r.returncode == 1 and "FAILED" in r.stdout
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1

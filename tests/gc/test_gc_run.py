@@ -8,6 +8,7 @@ import os
 import re
 
 import pyarrow as pa
+import msgspec
 import pytest
 
 from ctp_state import layout
@@ -55,8 +56,8 @@ def test_m_with_no_partitions_is_c_minus_1_and_is_recorded(store, gate):
     for _ in range(3):
         ClusterEpoch(store).advance()
     rec = run_gc(store, gate=gate)
-    assert (rec["status"], rec["m"], rec["cluster_epoch"], rec["partitions"]) == ("ok", 3, 4, 0)
-    assert rec["gate"]["success"] and rec["gate"]["statistics"]["unsuccessful"] == 0
+    assert (rec.status, rec.m, rec.cluster_epoch, rec.partitions) == ("ok", 3, 4, 0)
+    assert rec.gate.success and rec.gate.statistics["unsuccessful"] == 0
     assert GcHistory(store).get(0) == rec
 
 
@@ -68,18 +69,18 @@ def test_dry_run_then_gc_deletes_exactly_the_l0_objects_at_or_below_m(store, gat
     before = l0_keys(store)
 
     dry = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
-    m = dry["m"]
+    m = dry.m
     garbage = {k for k, e in before.items() if e <= m}
     assert garbage and live.l0_key not in garbage
-    assert dry["status"] == "dry_run" and dry["would_delete"] == len(garbage) and dry["deleted"] == 0
+    assert dry.status == "dry_run" and dry.would_delete == len(garbage) and dry.deleted == 0
     assert l0_keys(store) == before  # nothing deleted
 
     rec = run_gc(store, gate=gate)
-    assert rec["m"] == m and rec["deleted"] == len(garbage)
-    assert rec["deleted_bytes"] == dry["would_delete_bytes"] > 0
+    assert rec.m == m and rec.deleted == len(garbage)
+    assert rec.deleted_bytes == dry.would_delete_bytes > 0
     assert set(l0_keys(store)) == set(before) - garbage
     assert_exactly_once(store, "t", sent, all_in_l1=False)  # I1: nothing a reader needs is gone
-    assert [r["status"] for r in GcHistory(store).tail(10)] == ["dry_run", "ok"]
+    assert [r.status for r in GcHistory(store).tail(10)] == ["dry_run", "ok"]
 
 
 def test_an_m_decrease_stops_the_gc_before_any_delete(store, gate):
@@ -87,8 +88,8 @@ def test_an_m_decrease_stops_the_gc_before_any_delete(store, gate):
     first = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     # A history that says M was higher than it can be now: a state restored from an
     # older backup, or a bug. The candidate M would decrease.
-    GcHistory(store).append(lambda seq: {**first, "seq": seq, "status": "ok", "m": first["m"] + 5,
-                                         "m_high_water": first["m"] + 5, "partitions_key": first["partitions_key"]})
+    GcHistory(store).append(lambda seq: msgspec.structs.replace(first, status="ok", m=first.m + 5,
+                                                                m_high_water=first.m + 5))
     before = l0_keys(store)
     with pytest.raises(GateFailed) as err:
         run_gc(store, gate=gate)
@@ -98,17 +99,17 @@ def test_an_m_decrease_stops_the_gc_before_any_delete(store, gate):
     assert "m_high_water_before" in text
     assert str(err.value).startswith("GC gate failed, nothing deleted:")
     last = GcHistory(store).tail(1)[0]
-    assert last["status"] == "gate_failed" and last["gate"]["failures"] == err.value.failures
+    assert last.status == "gate_failed" and list(last.gate.failures) == err.value.failures
 
 
 def test_a_lower_bound_decrease_fails_the_partition_state_suite(store, gate):
     reconciled(store)
     first = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     h = GcHistory(store)
-    view = h.read_partitions(first["partitions_key"])
+    view = h.read_partition_table(first.partitions_key)
     raised = view.set_column(view.schema.get_field_index("min_epoch_lower_bound"), "min_epoch_lower_bound",
                              [[v + 10 for v in view.column("min_epoch_lower_bound").to_pylist()]])
-    h.append(lambda seq: {**first, "seq": seq, "partitions_key": h.write_partitions(seq, raised)})
+    h.append(lambda seq: msgspec.structs.replace(first, partitions_key=h.write_partitions(seq, raised)))
     before = l0_keys(store)
     with pytest.raises(GateFailed, match="partition_state"):
         run_gc(store, gate=gate)
@@ -150,10 +151,10 @@ def test_a_partition_created_while_the_gc_runs_keeps_its_data(store, gate):
             return iter(listed)
 
     rec = run_gc(CreatingStore(store), gate=gate)
-    assert CreatingStore.fired and rec["m"] < rec["cluster_epoch"]
+    assert CreatingStore.fired and rec.m < rec.cluster_epoch
     assert [r["value"] for r in read_partition(store, "late", 1).to_pylist()] == [b"keep me"]
     rec2 = run_gc(store, gate=gate)  # and the next run sees it, with M still monotonic
-    assert rec2["partitions"] == rec["partitions"] + 2 and rec2["m"] >= rec["m"]
+    assert rec2.partitions == rec.partitions + 2 and rec2.m >= rec.m
     assert [r["value"] for r in read_partition(store, "late", 1).to_pylist()] == [b"keep me"]
 
 
@@ -161,11 +162,11 @@ def test_m_comes_from_the_logs_and_the_newest_summary_only_annotates(store, gate
     produce_rounds(store, partitions=4, rounds=2, per=5)
     first = run_reconcile(store)
     rec = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
-    assert rec["summary_run_id"] == first["run_id"]  # the newest by the store's sequence
-    assert rec["partitions"] == 4 and rec["m"] is not None
+    assert rec.summary_run_id == first.run_id  # the newest by the store's sequence
+    assert rec.partitions == 4 and rec.m is not None
     second = run_reconcile(store)
     rec2 = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
-    assert rec2["summary_run_id"] == second["run_id"] and rec2["m_digest"] == rec["m_digest"]
+    assert rec2.summary_run_id == second.run_id and rec2.m_digest == rec.m_digest
 
 
 def test_l1_orphans_of_a_crashed_reconciler_are_collected_after_the_grace(store, gate):
@@ -177,15 +178,15 @@ def test_l1_orphans_of_a_crashed_reconciler_are_collected_after_the_grace(store,
     store.put(superseded, store.get(committed))
     store.put(beyond, store.get(committed))
     young = run_gc(store, gate=gate)  # default grace: 1 h
-    assert young["l1_orphans"] == 0 and young["l1_young_skipped"] == 1
+    assert young.l1_orphans == 0 and young.l1_young_skipped == 1
     rec = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
-    assert rec["l1_orphans_deleted"] == 1
+    assert rec.l1_orphans_deleted == 1
     assert store.head(superseded) is None
     assert store.head(beyond) is not None  # a live writer could still commit it
     assert store.head(committed) is not None
     assert_exactly_once(store, "t", sent)
     again = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
-    assert again["l1_partitions_unchanged"] == 1 and again["l1_listed"] == 0  # nothing new: no listing
+    assert again.l1_partitions_unchanged == 1 and again.l1_listed == 0  # nothing new: no listing
 
 
 def test_a_young_orphan_inside_a_committed_file_does_not_move_the_watermark_off_a_commit_boundary(store, gate):
@@ -202,13 +203,13 @@ def test_a_young_orphan_inside_a_committed_file_does_not_move_the_watermark_off_
     orphan = layout.l1_key("t", 0, first + 1, last)  # starts inside the committed file
     store.put(orphan, store.get(committed))
     young = run_gc(store, gate=gate)  # default grace: the orphan is young and stays
-    assert young["status"] == "ok" and young["l1_young_skipped"] == 1
+    assert young.status == "ok" and young.l1_young_skipped == 1
     sent[0] += produce_rounds(store, partitions=1, rounds=1, per=5)[0]
     run_reconcile(store)
     later = run_gc(store, gate=gate)  # refused by the gate before the fix
-    assert later["status"] == "ok" and later["gate"]["success"]
+    assert later.status == "ok" and later.gate.success
     swept = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
-    assert swept["status"] == "ok" and swept["l1_orphans_deleted"] == 1
+    assert swept.status == "ok" and swept.l1_orphans_deleted == 1
     assert store.head(orphan) is None and store.head(committed) is not None
     assert_exactly_once(store, "t", sent)
 
@@ -236,22 +237,22 @@ def test_an_orphan_written_behind_the_watermark_is_collected_by_the_periodic_ful
     sent = produce_rounds(store, partitions=1, rounds=2, per=10)
     run_reconcile(store)
     first = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
-    assert first["l1_full_sweep"] is True  # no full sweep on record yet
+    assert first.l1_full_sweep is True  # no full sweep on record yet
     late = layout.l1_key("t", 0, 0, 4)  # the lapsed writer's file, behind the watermark
     (committed,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
     store.put(late, store.get(committed))
     sent[0] += produce_rounds(store, partitions=1, rounds=1, per=5, advance=False)[0]  # the log moves
     incremental = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
-    assert incremental["l1_full_sweep"] is False and incremental["l1_orphans"] == 0
+    assert incremental.l1_full_sweep is False and incremental.l1_orphans == 0
     assert store.head(late) is not None
     # Once the last full sweep is older than the period, the next run lists everything.
     full = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0, l1_full_sweep_s=0))
-    assert full["l1_full_sweep"] is True and full["l1_orphans_deleted"] == 1
+    assert full.l1_full_sweep is True and full.l1_orphans_deleted == 1
     assert store.head(late) is None and store.head(committed) is not None
     assert_exactly_once(store, "t", sent, all_in_l1=False)
     # The time of the full sweep carries forward: the default period (a day) is not due.
     after = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
-    assert after["l1_full_sweep"] is False and after["l1_full_sweep_ms"] == full["l1_full_sweep_ms"]
+    assert after.l1_full_sweep is False and after.l1_full_sweep_ms == full.l1_full_sweep_ms
 
 
 def test_temporary_files_killed_writes_left_are_swept_once_old(store, gate, tmp_path):
@@ -266,7 +267,7 @@ def test_temporary_files_killed_writes_left_are_swept_once_old(store, gate, tmp_
             f.write(b"x" * 100)
     os.utime(old, (os.path.getmtime(old) - 7200,) * 2)
     rec = run_gc(store, gate=gate)
-    assert rec["tmp_deleted"] == 1
+    assert rec.tmp_deleted == 1
     assert not os.path.exists(old) and os.path.exists(fresh)
     assert not [o for o in store.list("") if ".ctp-tmp" in o.key]  # never listed as a key
     # a write whose temporary file a sweep took fails, naming the key; nothing is written
@@ -329,7 +330,7 @@ def test_unparseable_l0_keys_stop_the_run_and_are_recorded(store, gate):
     with pytest.raises(CorruptData, match="l0/005/not-an-epoch/x.l0"):
         run_gc(store, gate=gate)
     assert {o.key for o in store.list(layout.L0_ROOT)} == before == l0_keys_safe
-    assert GcHistory(store).tail(1)[0]["status"] == "failed"
+    assert GcHistory(store).tail(1)[0].status == "failed"
 
 
 def test_throttled_and_failing_deletes_make_a_partial_run_that_the_next_run_finishes(store, gate):
@@ -337,26 +338,26 @@ def test_throttled_and_failing_deletes_make_a_partial_run_that_the_next_run_fini
     garbage = sorted(l0_keys(store))[:2]
     flaky = FlakyStore(store, throttle=1, broken=frozenset(garbage[:1]))
     rec = run_gc(flaky, gate=gate)
-    assert rec["status"] == "partial" and rec["delete_errors"] == 1 and list(rec["failed_keys"]) == garbage[:1]
-    assert rec["delete_retries"] > 0 and store.head(garbage[0]) is not None
+    assert rec.status == "partial" and rec.delete_errors == 1 and list(rec.failed_keys) == garbage[:1]
+    assert rec.delete_retries > 0 and store.head(garbage[0]) is not None
     rec2 = run_gc(store, gate=gate)
-    assert rec2["status"] == "ok" and rec2["deleted"] == 1 and store.head(garbage[0]) is None
+    assert rec2.status == "ok" and rec2.deleted == 1 and store.head(garbage[0]) is None
 
 
 def test_max_deletes_takes_the_lowest_epochs_first(store, gate):
     reconciled(store, rounds=4)
     keys = sorted(l0_keys(store).items(), key=lambda kv: (kv[1], kv[0]))
     rec = run_gc(store, gate=gate, config=GcSettings(max_deletes=2))
-    assert rec["deleted"] == 2 and rec["skipped_max_deletes"] > 0
+    assert rec.deleted == 2 and rec.skipped_max_deletes > 0
     assert all(store.head(k) is None for k, _ in keys[:2])
 
 
 def test_the_report_reads_offline(store, tmp_path):
     reconciled(store)
     out = gc_job(store, GcSettings(), str(tmp_path / "report"))
-    assert out.error is None and out.record["status"] == "ok"
+    assert out.error is None and out.record.status == "ok"
     page = open(out.report, encoding="utf-8").read()
-    assert f"M = {out.record['m']}" in page and "<svg" in page
+    assert f"M = {out.record.m}" in page and "<svg" in page
     pages = [os.path.join(d, n) for d, _, ns in os.walk(tmp_path / "report") for n in ns if n.endswith(".html")]
     assert len(pages) >= 5  # summary + Data Docs index + 3 validation results + suites
     remote = re.compile(r"<(?:link|script|img)\b[^>]*(?:src|href)=\"(?:https?:)?//", re.I)
@@ -372,7 +373,7 @@ def test_history_records_are_append_only_and_versioned(store, gate):
     run_gc(store, gate=gate)
     run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     h = GcHistory(store)
-    assert h.last_seq() == 1 and [r["seq"] for r in h.records()] == [0, 1]
+    assert h.last_seq() == 1 and [r.seq for r in h.records()] == [0, 1]
     assert store.head(partitions_key(1)) is not None
     from ctp_state.errors import KeyExists
 
@@ -405,10 +406,10 @@ def test_a_concurrent_gc_that_saw_a_higher_m_supersedes_a_slower_one(store, gate
         return gate(frames)
 
     slow = run_gc(store, gate=slow_gate)
-    assert inner[0]["m"] > slow["m"] and inner[0]["seq"] < slow["seq"]
-    assert slow["status"] == "superseded" and slow["m_high_water"] == inner[0]["m_high_water"]
+    assert inner[0].m > slow.m and inner[0].seq < slow.seq
+    assert slow.status == "superseded" and slow.m_high_water == inner[0].m_high_water
     nxt = run_gc(store, gate=gate)  # the history stays monotonic: the next run passes
-    assert nxt["status"] == "ok" and nxt["m"] >= inner[0]["m"]
+    assert nxt.status == "ok" and nxt.m >= inner[0].m
 
 
 def test_a_pending_placeholder_at_or_below_m_fails_the_partition_state_suite(gate):
@@ -441,4 +442,4 @@ def test_the_partition_state_table_carries_pending_epochs_from_the_logs_and_m(st
     assert {r["source"] for r in rows.values()} == {"log"}  # every partition read from its log
     assert {r["candidate_m"] for r in rows.values()} == {logs.decision.m} and logs.decision.m < c
     assert gate(logs.frames).success
-    assert run_gc(store, gate=gate)["status"] == "ok"
+    assert run_gc(store, gate=gate).status == "ok"

@@ -38,11 +38,11 @@ def test_a_gc_under_a_store_that_throttles_30_percent_of_requests_completes(moto
     store = open_store(url, proxy_env(moto, fault_proxy))
     rec = run_gc(store, gate=gate, config=GcSettings(in_flight=4))
 
-    assert rec["status"] == "ok" and rec["m"] == 4
-    assert (rec["deleted"], rec["delete_errors"]) == (1200, 0)
+    assert rec.status == "ok" and rec.m == 4
+    assert (rec.deleted, rec.delete_errors) == (1200, 0)
     # The throttles reached the GC's own pacing (they were not all absorbed by retries
     # underneath): it backed off, per spread prefix, and still finished.
-    assert rec["throttled"] >= 2 and rec["delete_retries"] >= 200 and rec["lowest_delete_limit"] < 4
+    assert rec.throttled >= 2 and rec.delete_retries >= 200 and rec.lowest_delete_limit < 4
     assert fault_proxy.injected["slowdown_503"] > 5
     left = sorted(o.key for o in direct.list(layout.L0_ROOT))
     assert left == sorted(live)

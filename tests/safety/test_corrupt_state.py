@@ -64,7 +64,7 @@ def test_a_flipped_digit_in_a_snapshot_does_not_make_the_gc_delete_unreconciled_
     edit_json(store, layout.snapshot("t", 0), '"min_epoch_lower_bound":1', '"min_epoch_lower_bound":2')
 
     rec = run_gc(store, gate=gate)
-    assert rec["m"] == 0
+    assert rec.m == 0
     assert l0_keys(store) == before
     assert values(store) == [b"r0", b"r1", b"r2"]
 
@@ -80,7 +80,7 @@ def test_a_forged_snapshot_with_a_valid_checksum_fails_its_consistency_check(sto
     store.put(key, codec.seal(body))
 
     rec = run_gc(store, gate=gate)
-    assert rec["m"] == 0 and l0_keys(store) == before
+    assert rec.m == 0 and l0_keys(store) == before
     assert values(store) == [b"r0", b"r1", b"r2"]
 
 
@@ -155,7 +155,7 @@ def test_a_corrupt_newest_entry_stops_the_gc_even_with_a_fresh_summary(store, ga
     from ctp_state.gc.history import GcHistory
 
     last = GcHistory(store).tail(1)[0]
-    assert last["status"] == "failed" and newest in last["error"]
+    assert last.status == "failed" and newest in last.error
 
 
 def test_l1_files_are_read_through_the_snapshot_too(store):

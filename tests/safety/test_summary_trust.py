@@ -51,7 +51,7 @@ def test_a_summary_from_a_fast_clock_does_not_wedge_the_gc(store, gate, monkeypa
     run_reconcile(store)
 
     rec = run_gc(store, gate=gate, config=GcSettings(dry_run=True))  # the default run
-    assert rec["status"] == "dry_run"
-    assert rec["m"] > logs["m"]
+    assert rec.status == "dry_run"
+    assert rec.m > logs.m
     rec2 = run_gc(store, gate=gate)
-    assert rec2["status"] == "ok" and rec2["m"] == rec["m"]
+    assert rec2.status == "ok" and rec2.m == rec.m

@@ -505,7 +505,7 @@ class Sim:
         report = verify(self.store, deep=True)
         for f in report.errors:
             self.violation(f"verify --deep: {f.where}: {f.what}" + (f" ({f.key})" if f.key else ""))
-        passed = [r["m"] for r in history if r.get("status") in ("ok", "partial") and r.get("m") is not None]
+        passed = [r.m for r in history if r.status in ("ok", "partial") and r.m is not None]
         m = max(passed, default=None)
         for p in range(self._partitions()):
             try:

@@ -16,8 +16,8 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ctp_state.gc.history import PASSED
 from ctp_state.l0 import Record
+from ctp_state.records import GcRecord
 
 TOPIC = "sim"
 
@@ -315,16 +315,16 @@ def check_read(ledger: Ledger, partition: int, rows: list[Row], *, final: bool,
     return out
 
 
-def check_history_monotonic(records_: list[dict[str, Any]]) -> list[str]:
+def check_history_monotonic(records_: list[GcRecord]) -> list[str]:
     """M never decreases over the GC runs that passed (a ``superseded`` run may hold a
     lower M: it finished after a run with a higher one, and deleted only below its own)."""
     out, top, top_seq = [], None, None
     for rec in records_:
-        m = rec.get("m")
-        if m is None or rec.get("status") not in PASSED:
+        m = rec.m
+        if m is None or not rec.passed:
             continue
         if top is not None and m < top:
-            out.append(f"GC history: M decreased from {top} (run #{top_seq}) to {m} (run #{rec.get('seq')})")
+            out.append(f"GC history: M decreased from {top} (run #{top_seq}) to {m} (run #{rec.seq})")
         if top is None or m > top:
-            top, top_seq = m, rec.get("seq")
+            top, top_seq = m, rec.seq
     return out

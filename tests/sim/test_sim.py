@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from ctp_state.l0 import Record
+from ctp_state.records import GcRecord
 from tests.conftest import MotoServer, proxy_env
 from tests.s3_fault_proxy import S3FaultProxy
 from tests.sim.driver import run_sim
@@ -131,10 +132,12 @@ def test_a_partial_answer_accepts_the_records_already_written_and_rejects_the_re
 
 
 def test_the_history_check_finds_a_decreasing_m_but_not_a_superseded_run():
-    ok = [{"seq": 0, "status": "ok", "m": 3}, {"seq": 1, "status": "superseded", "m": 2},
-          {"seq": 2, "status": "ok", "m": 4}]
+    def run(seq: int, status: str, m: int) -> GcRecord:
+        return GcRecord(seq=seq, status=status, m=m, run_id=f"r{seq}", started_ms=0, finished_ms=0, seconds=0.0)
+
+    ok = [run(0, "ok", 3), run(1, "superseded", 2), run(2, "ok", 4)]
     assert check_history_monotonic(ok) == []
-    bad = ok + [{"seq": 3, "status": "partial", "m": 3}]
+    bad = [*ok, run(3, "partial", 3)]
     assert check_history_monotonic(bad) == ["GC history: M decreased from 4 (run #2) to 3 (run #3)"]
 
 

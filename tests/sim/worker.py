@@ -125,10 +125,10 @@ class Worker:
 
         s = run_reconcile(self.store, config=ReconcileSettings(lease_ms=lease_ms, target_file_bytes=target_file_bytes,
                                                              idle_lag=1, threads=4, claim_wait_s=claim_wait_s))
-        return {"ok": s["ok"], "records": s["records"],
-                "statuses": sorted({p["status"] for p in s["partitions"]}),
-                "problems": [f"{p['partition']}: {p['status']}: {p.get('reason')}" for p in s["partitions"]
-                             if p["status"] in ("quarantined", "fenced", "error", "claim_held")][:5]}
+        return {"ok": s.ok, "records": s.records,
+                "statuses": sorted({p.status for p in s.partitions}),
+                "problems": [f"{p.partition}: {p.status}: {p.reason}" for p in s.partitions
+                             if p.failed or p.status == "claim_held"][:5]}
 
     def gc(self, l1_grace_s: float, max_deletes: int | None, full: bool = False) -> dict[str, Any]:
         from ctp_state.gc import run_gc
@@ -143,8 +143,7 @@ class Worker:
                                          **({"l1_full_sweep_s": 0.0, "tmp_grace_s": 0.0} if full else {})))
         except GateFailed as e:
             return {"gate_failed": e.failures}
-        return {"status": rec["status"], "m": rec.get("m"), "deleted": rec.get("deleted", 0),
-                "l1_orphans": rec.get("l1_orphans", 0)}
+        return {"status": rec.status, "m": rec.m, "deleted": rec.deleted, "l1_orphans": rec.l1_orphans}
 
     def read(self, partition: int) -> dict[str, Any]:
         from ctp_state.read import read_partition

@@ -63,24 +63,24 @@ def test_plan_respects_the_per_run_cap_but_always_makes_progress():
 def test_spark_reconcile_lifts_everything_exactly_once(spark, store):
     sent = produce_rounds(store, partitions=3, rounds=3, per=40)
     summary = app.run(spark, spark_args(store, target_file_mb=0.002))
-    assert summary["ok"] and summary["partitions_reconciled"] == 3
-    assert summary["records"] == 360 and summary["lag_entries_left"] == 0
-    assert summary["l1_files"] >= 3
+    assert summary.ok and summary.partitions_reconciled == 3
+    assert summary.records == 360 and summary.lag_entries_left == 0
+    assert summary.l1_files >= 3
     assert_exactly_once(store, "t", sent)
     for st in read_states(store, select_topics(store)):
         # C = 4 after three advances; the last flush was at 4, so lower bound = prev = 3
         assert (st.max_applied_epoch, st.previous_applied_epoch, st.min_epoch_lower_bound, st.m) == (4, 3, 3, 2)
     # The summary is in the store for the GC.
-    from ctp_state.reconcile import summaries
+    from ctp_state.status import reconcile_summaries as summaries
 
     seq = summaries(store)
-    assert seq.last() == 0 and seq.get(0)["run_id"] == summary["run_id"] == seq.newest()["run_id"]
+    assert seq.last() == 0 and seq.get(0).run_id == summary.run_id == seq.newest().run_id
 
 
 def test_l1_files_are_plain_parquet_with_metadata(spark, store):
     produce_rounds(store, partitions=1, rounds=2, per=25)
     summary = app.run(spark, spark_args(store))
-    (key,) = summary["partitions"][0]["l1_files"]
+    (key,) = summary.partitions[0].l1_files
     table = read_l1(store, key)
     assert table.schema.remove_metadata() == SCHEMA
     meta = table.schema.metadata
@@ -103,7 +103,7 @@ def test_rerun_is_idempotent_and_new_data_appends(spark, store):
     sent = produce_rounds(store, partitions=2, rounds=2, per=10)
     app.run(spark, spark_args(store))
     again = app.run(spark, spark_args(store))
-    assert again["records"] == 0 and again["l1_files"] == 0 and again["ok"]
+    assert again.records == 0 and again.l1_files == 0 and again.ok
     more = produce_rounds(store, partitions=2, rounds=1, per=7)
     third = app.run(spark, spark_args(store))
     assert third["records"] == 14
@@ -114,7 +114,7 @@ def test_topics_param_limits_the_run(spark, store):
     a = produce_rounds(store, topic="a", partitions=1, rounds=1, per=5)
     produce_rounds(store, topic="b", partitions=1, rounds=1, per=5)
     summary = app.run(spark, spark_args(store, topics=["a"]))
-    assert {(p["topic"], p["status"]) for p in summary["partitions"]} == {("a", "reconciled")}
+    assert {(p.topic, p.status) for p in summary.partitions} == {("a", "reconciled")}
     assert_exactly_once(store, "a", a)
     assert PartitionLog(store, "b", 0).read_state().lag_entries == 1
 
@@ -165,9 +165,9 @@ def test_a_held_claim_skips_the_partition_and_says_who_holds_it(store):
 
     log.claim(log.read_state(), "someone-else", AccessMode.EXCLUSIVE, lease_ms=600_000)
     summary = run_reconcile(store)
-    (p,) = summary["partitions"]
-    assert p["status"] == "claim_held" and "someone-else" in p["reason"]
-    assert summary["partitions_claim_held"] == 1 and p["lag_entries_left"] == 1
+    (p,) = summary.partitions
+    assert p.status == "claim_held" and "someone-else" in p.reason
+    assert summary.partitions_claim_held == 1 and p.lag_entries_left == 1
 
 
 # --- R6: idle partitions do not pin M ---------------------------------------------------------
@@ -183,14 +183,14 @@ def test_one_busy_and_99_idle_partitions_m_follows_c(store):
             ce.advance()
             assert prod.write([(("many", 0), [Record(b"x")])])[0].accepted
             summary = run_reconcile(store, config=ReconcileSettings(idle_lag=idle_lag, threads=32))
-            assert summary["ok"]
+            assert summary.ok
             c = ce.current()
             states = read_states(store, select_topics(store))
             m = min([c - 1] + [s.m for s in states])
             # The documented lag: after a run at C, M >= C - idle_lag.
             assert m >= c - idle_lag, (m, c)
             assert all(s.m >= c - idle_lag for s in states)
-    assert summary["partitions_advanced"] >= 99
+    assert summary.partitions_advanced >= 99
 
 
 def test_without_the_advance_idle_partitions_would_pin_m(store):
@@ -230,11 +230,11 @@ def test_corrupt_and_missing_chunks_quarantine_only_their_partitions(spark, stor
     m_before = {s.partition: s.m for s in read_states(store, select_topics(store))}
 
     summary = app.run(spark, spark_args(store))
-    parts = {p["partition"]: p for p in summary["partitions"]}
-    assert not summary["ok"] and summary["partitions_quarantined"] == 2
-    assert parts[0]["status"] == "reconciled"
-    assert parts[1]["status"] == "quarantined" and parts[1]["key"] == bad_key and "CRC32C" in parts[1]["reason"]
-    assert parts[2]["status"] == "quarantined" and parts[2]["key"] == missing_key and "not found" in parts[2]["reason"]
+    parts = {p.partition: p for p in summary.partitions}
+    assert not summary.ok and summary.partitions_quarantined == 2
+    assert parts[0].status == "reconciled"
+    assert parts[1].status == "quarantined" and parts[1].key == bad_key and "CRC32C" in parts[1].reason
+    assert parts[2].status == "quarantined" and parts[2].key == missing_key and "not found" in parts[2].reason
     after = {s.partition: s for s in read_states(store, select_topics(store))}
     for p in (1, 2):
         assert after[p].m == m_before[p] and after[p].lag_entries == 1  # held, nothing committed

@@ -1,0 +1,298 @@
+"""The run records ctp keeps and hands around, as frozen, versioned, typed values.
+
+=====================  =================================================================
+record                 where it lives
+=====================  =================================================================
+:class:`ReconcileSummary`  ``runs/reconcile/<seq>.json`` (sealed), one per reconcile run,
+                       with a :class:`PartitionReport` per partition
+:class:`GcRecord`      ``gc/history/<seq>.json`` (sealed), one per GC run
+:class:`GcPartitionView`   a row of ``gc/partitions/<seq>.parquet``: one partition as a
+                       GC run saw it (M(p), lower bound, the L1 sweep's watermarks)
+:class:`PartitionFacts`    one partition's state as plain data (``ctp status --json``,
+                       the reconcile summary)
+=====================  =================================================================
+
+One codec: :func:`encode` turns a record into builtins (sealed by
+:mod:`ctp_state.codec` in the store, returned as XCom by the DAGs); :func:`decode` turns
+builtins back into the record, through the upcasters, and refuses what does not fit
+with an error naming the key.
+
+**Upcasting** (as eventsourcing's ``Mapper`` does it). Each stored record type has a
+``VERSION`` and carries ``v``. To change a record's shape: bump ``VERSION`` to N+1 and
+add ``UPCASTERS[N]``, a pure function from a version-N dict to a version-N+1 dict (fill
+the new field, rename the old one, set ``"v": N+1``). Old records in the store are
+never rewritten; :func:`decode` runs every upcaster from the record's version up to
+``VERSION``. A record newer than ``VERSION`` (written by a newer ctp) is refused, never
+guessed at. ``tests/core/test_records.py`` round-trips every type and upcasts each
+version kept in ``UPCASTERS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+import msgspec
+
+from ctp_state.errors import CorruptData, UnsupportedVersion
+
+#: A JSON scalar: statistics and settings echoed into records.
+Scalar = int | float | str | bool | None
+
+R = TypeVar("R", bound="Record")
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """A stored, versioned record. Subclasses set ``VERSION``, ``WHAT`` and ``UPCASTERS``."""
+
+    VERSION: ClassVar[int] = 1
+    WHAT: ClassVar[str] = "record"
+    #: version N -> a function from a version-N dict to a version-N+1 dict
+    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+
+    v: int = 0  # set to VERSION by encode()
+
+
+def encode(rec: msgspec.Struct) -> dict[str, Any]:
+    """The record as JSON-ready builtins, stamped with its type's current version."""
+    out: dict[str, Any] = msgspec.to_builtins(rec)
+    if isinstance(rec, Record):
+        out["v"] = type(rec).VERSION
+    return out
+
+
+def decode(cls: type[R], data: dict[str, Any], key: str) -> R:
+    """``data`` (read from ``key``) as a ``cls``: upcast to the current version, then
+    checked against the type. Raises :class:`UnsupportedVersion` or :class:`CorruptData`."""
+    v = data.get("v")
+    supported = tuple(sorted({*cls.UPCASTERS, cls.VERSION}))
+    if not isinstance(v, int) or isinstance(v, bool) or v not in supported:
+        raise UnsupportedVersion(key, cls.WHAT, v, supported)
+    while v < cls.VERSION:
+        data = cls.UPCASTERS[v](data)
+        v += 1
+        data["v"] = v
+    return convert(cls, data, key)
+
+
+def convert(cls: type[Any], data: Any, key: str) -> Any:
+    """``data`` as a ``cls`` (no versions: Parquet rows, XCom values)."""
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as e:
+        raise CorruptData(key, f"{getattr(cls, 'WHAT', cls.__name__)} does not match its schema: {e}") from None
+
+
+# --- partitions -------------------------------------------------------------------------------
+
+
+class HolderFacts(msgspec.Struct, frozen=True, kw_only=True):
+    owner: str
+    mode: str  # an AccessMode value
+    writer_epoch: int
+    lease_until_ms: int
+
+
+class PartitionFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """One partition's state as plain data (built by :func:`ctp_state.status.facts`)."""
+
+    topic: str
+    partition: int
+    initialized: bool
+    window: tuple[int, int] | None = None
+    max_applied_epoch: int | None = None
+    previous_applied_epoch: int | None = None
+    min_epoch_lower_bound: int | None = None
+    m: int | None = None
+    log_end_offset: int = 0
+    next_offset: int = 0
+    last_reconciled_offset: int = -1
+    lag_entries: int = 0
+    lag_records: int = 0
+    lag_bytes: int = 0
+    min_pending_epoch: int | None = None
+    writer_epoch: int | None = None
+    holders: tuple[HolderFacts, ...] = ()
+
+
+# --- reconcile --------------------------------------------------------------------------------
+
+
+class PartitionReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What one reconcile run did to one partition."""
+
+    topic: str
+    partition: int
+    status: str = "idle"  # reconciled | advanced | idle | quarantined | claim_held | fenced | error
+    records: int = 0
+    l0_bytes: int = 0
+    l1_bytes: int = 0
+    l1_files: tuple[str, ...] = ()
+    m_before: int | None = None
+    m_after: int | None = None
+    lag_entries_left: int = 0
+    lag_bytes_left: int = 0
+    reason: str | None = None
+    key: str | None = None  # the L0 key a quarantine is about
+    state: PartitionFacts | None = None  # the partition after this run
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("quarantined", "fenced", "error")
+
+
+class ReconcileSummary(Record, frozen=True, kw_only=True):
+    """One reconcile run (``runs/reconcile/<seq>.json``)."""
+
+    VERSION: ClassVar[int] = 2
+    WHAT: ClassVar[str] = "reconcile run summary"
+    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}  # sealed since version 2
+
+    seq: int = -1  # set by the sequence that stores it
+    run_id: str
+    started_ms: int
+    finished_ms: int
+    seconds: float
+    cluster_epoch: int
+    idle_lag: int
+    partitions_reconciled: int = 0
+    partitions_advanced: int = 0
+    partitions_quarantined: int = 0
+    partitions_claim_held: int = 0
+    partitions_fenced: int = 0
+    partitions_failed: int = 0
+    records: int = 0
+    l0_bytes: int = 0
+    l1_bytes: int = 0
+    l1_files: int = 0
+    lag_entries_left: int = 0
+    lag_bytes_left: int = 0
+    ok: bool = True
+    partitions: tuple[PartitionReport, ...] = ()
+
+    @property
+    def failed(self) -> tuple[PartitionReport, ...]:
+        """The partitions that were quarantined, fenced or failed."""
+        return tuple(p for p in self.partitions if p.failed)
+
+
+# --- GC ---------------------------------------------------------------------------------------
+
+
+class HeldBy(msgspec.Struct, frozen=True, kw_only=True):
+    """A partition (topic None: the cluster epoch) at M, and why (R7)."""
+
+    topic: str | None
+    partition: int | None
+    m: int | None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def where(self) -> str:
+        return "cluster epoch" if self.topic is None else f"{self.topic}/{self.partition}"
+
+
+class GateInfo(msgspec.Struct, frozen=True, kw_only=True):
+    success: bool
+    failures: tuple[str, ...] = ()
+    statistics: dict[str, Scalar] = {}
+    docs: str | None = None
+
+
+class HistorySkip(msgspec.Struct, frozen=True, kw_only=True):
+    seq: int
+    why: str
+
+
+def _gc_v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 records were not sealed; their fields are the same."""
+    return dict(d)
+
+
+class GcRecord(Record, frozen=True, kw_only=True):
+    """One GC run (``gc/history/<seq>.json``). Statuses: ``ok``, ``partial`` (some
+    deletes still failed after retries), ``dry_run`` -- these passed the gate and count
+    for monotonic M --, ``gate_failed``, ``superseded``, ``failed``."""
+
+    VERSION: ClassVar[int] = 2
+    WHAT: ClassVar[str] = "GC history record"
+    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {1: _gc_v1_to_v2}
+    PASSED: ClassVar[tuple[str, ...]] = ("ok", "partial", "dry_run")
+
+    seq: int = -1  # set by the history
+    run_id: str
+    status: str
+    started_ms: int
+    finished_ms: int
+    seconds: float
+    dry_run: bool = False
+    error: str | None = None
+    cluster_epoch: int | None = None
+    m: int | None = None
+    m_high_water_before: int | None = None
+    m_high_water: int | None = None  # the highest M any passing run recorded, up to this one
+    partitions: int = 0
+    partitions_key: str | None = None  # gc/partitions/<seq>.parquet: this run's GcPartitionView rows
+    summary_run_id: str | None = None
+    m_digest: str | None = None
+    history_skipped: tuple[HistorySkip, ...] = ()
+    held_by: tuple[HeldBy, ...] = ()
+    held_by_count: int = 0
+    config: dict[str, Scalar] = {}
+    gate: GateInfo | None = None
+    # L0: listing and deletes
+    listed: int = 0
+    deleted: int = 0
+    deleted_bytes: int = 0
+    skipped_above_m: int = 0
+    skipped_too_young: int = 0
+    list_errors: int = 0
+    delete_errors: int = 0
+    delete_retries: int = 0
+    list_retries: int = 0
+    throttled: int = 0
+    lowest_delete_limit: float = 0.0
+    min_epoch_seen: int | None = None
+    max_epoch_seen: int | None = None
+    failed_keys: dict[str, str] = {}
+    would_delete: int = 0
+    would_delete_bytes: int = 0
+    skipped_max_deletes: int = 0
+    # L1: new files checked, orphans collected
+    l1_listed: int = 0
+    l1_new_files_checked: int = 0
+    l1_orphans: int = 0
+    l1_orphan_bytes: int = 0
+    l1_young_skipped: int = 0
+    l1_partitions_unchanged: int = 0
+    l1_full_sweep: bool = False
+    l1_full_sweep_ms: int | None = None
+    l1_orphans_deleted: int = 0
+    l1_orphan_bytes_deleted: int = 0
+    l1_delete_errors: int = 0
+    tmp_deleted: int = 0
+
+    @property
+    def passed(self) -> bool:
+        """The gate passed: this run counts for monotonic M (I3)."""
+        return self.status in self.PASSED
+
+
+class GcPartitionView(msgspec.Struct, frozen=True, kw_only=True):
+    """One partition as a GC run saw it: a row of ``gc/partitions/<seq>.parquet``."""
+
+    WHAT: ClassVar[str] = "GC partition view"
+
+    topic: str
+    partition: int
+    source: str = "log"
+    m: int | None = None
+    min_epoch_lower_bound: int | None = None
+    previous_applied_epoch: int | None = None
+    max_applied_epoch: int | None = None
+    last_reconciled_offset: int = -1
+    log_end_offset: int = 0
+    lag_entries: int = 0
+    lag_bytes: int = 0
+    l1_swept_through: int = -1  # every L1 key whose first offset <= this is resolved
+    l1_swept_log_end: int = -1  # log end offset when the sweep last looked
