@@ -34,12 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from ctp_state import layout  # noqa: E402
-from ctp_state.epoch import ClusterEpoch  # noqa: E402
-from ctp_state.gc import compute_m, delete_objects, gather, plan_l0_deletes, run_gc  # noqa: E402  # noqa: E402
-from ctp_state.settings import GcSettings  # noqa: E402
-from ctp_state.storage import LocalStore, ObjectStore, open_store  # noqa: E402
-from ctp_state.topics import create_topic  # noqa: E402
+from ctp_state import layout
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.gc import compute_m, delete_objects, gather, plan_l0_deletes, run_gc
+from ctp_state.settings import GcSettings
+from ctp_state.storage import LocalStore, ObjectStore, open_store
+from ctp_state.topics import create_topic
 
 SPREAD = 100
 SIZE = 256  # bytes per object/file: the cost under test is listing and deleting, not bytes

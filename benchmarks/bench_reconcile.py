@@ -27,15 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from ctp_state.epoch import ClusterEpoch  # noqa: E402
-from ctp_state.l0 import Record  # noqa: E402
-from ctp_state.l1 import L1File, build_file  # noqa: E402
-from ctp_state.producer import Producer  # noqa: E402
-from ctp_state.reconcile import plan_files, run_reconcile  # noqa: E402
-from ctp_state.settings import ReconcileSettings  # noqa: E402
-from ctp_state.status import read_states, select_topics  # noqa: E402
-from ctp_state.storage import open_store  # noqa: E402
-from ctp_state.topics import create_topic  # noqa: E402
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.l0 import Record
+from ctp_state.l1 import L1File, build_file
+from ctp_state.producer import Producer
+from ctp_state.reconcile import plan_files, run_reconcile
+from ctp_state.settings import ReconcileSettings
+from ctp_state.status import read_states, select_topics
+from ctp_state.storage import open_store
+from ctp_state.topics import create_topic
 
 
 def produce(store, gib: float, partitions: int, value_size: int, flush_records: int) -> dict:

@@ -23,14 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from ctp_state import layout  # noqa: E402
-from ctp_state import state as sm  # noqa: E402
-from ctp_state.entries import AccessMode, Claim, Placeholder, encode  # noqa: E402
-from ctp_state.fence import EpochFence  # noqa: E402
-from ctp_state.log import PartitionLog  # noqa: E402
-from ctp_state.status import read_states  # noqa: E402
-from ctp_state.storage import ObjectStore, open_store  # noqa: E402
-from ctp_state.topics import create_topic, get_topic  # noqa: E402
+from ctp_state import layout
+from ctp_state import state as sm
+from ctp_state.entries import AccessMode, Claim, Placeholder, encode
+from ctp_state.fence import EpochFence
+from ctp_state.log import PartitionLog
+from ctp_state.status import read_states
+from ctp_state.storage import ObjectStore, open_store
+from ctp_state.topics import create_topic, get_topic
 
 
 def _fence() -> EpochFence:

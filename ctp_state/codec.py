@@ -26,7 +26,7 @@ _TRAILER = re.compile(rb',"crc":"([0-9a-f]{8})"\}\s*\Z')
 
 
 def crc32c(data: bytes) -> int:
-    return google_crc32c.value(data)
+    return int(google_crc32c.value(data))
 
 
 def dumps(body: dict[str, Any]) -> bytes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from ctp_state import codec, validate
 from ctp_state.errors import CorruptData, UnsupportedVersion
@@ -24,7 +24,7 @@ _OPTIONAL = ("writer_epoch", "producer_id", "sequence", "fingerprint")
 _OPTIONAL_EMPTY = ("expired", "l1_crc32c")
 
 
-class AccessMode(str, Enum):
+class AccessMode(str, Enum):  # noqa: UP042 - str(mode) in messages names the member
     """R5 claim modes."""
 
     SHARED = "shared"  # coexists with other shared claims; refused while an exclusive one is live
@@ -116,7 +116,7 @@ class Release:
     writer_epoch: int
 
 
-Entry = Union[Init, Placeholder, Reconcile, Advance, Claim, Release]
+Entry = Init | Placeholder | Reconcile | Advance | Claim | Release
 _KINDS: dict[str, type] = {c.kind: c for c in (Init, Placeholder, Reconcile, Advance, Claim, Release)}
 
 
@@ -144,7 +144,7 @@ def decode(data: bytes, key: str) -> Entry:
     if version not in SUPPORTED_ENTRY_VERSIONS:
         raise UnsupportedVersion(key, "entry", version, SUPPORTED_ENTRY_VERSIONS)
     kind = body.pop("kind", None)
-    cls = _KINDS.get(kind)  # type: ignore[arg-type]
+    cls = _KINDS.get(kind)
     if cls is None:
         raise CorruptData(key, f"unknown entry kind {kind!r}")
     names = {f.name for f in fields(cls)}
@@ -158,15 +158,15 @@ def decode(data: bytes, key: str) -> Entry:
     return entry
 
 
-def _epoch(body: dict, name: str) -> int:
+def _epoch(body: dict[str, Any], name: str) -> int:
     return validate.int64(body[name], what=name, minimum=1, maximum=validate.MAX_EPOCH)
 
 
-def _int(body: dict, name: str, minimum: int = 0) -> int:
+def _int(body: dict[str, Any], name: str, minimum: int = 0) -> int:
     return validate.int64(body[name], what=name, minimum=minimum)
 
 
-def _build(cls: type, body: dict) -> Entry:
+def _build(cls: type, body: dict[str, Any]) -> Entry:
     try:
         if cls is Init:
             return Init(epoch=_epoch(body, "epoch"))

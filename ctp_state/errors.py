@@ -7,6 +7,8 @@ Messages never contain credentials: stores are named by their redacted URL.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CtpError(Exception):
     """Base of all ctp errors. ``str(err)`` is a one-line, operator-readable cause."""
@@ -122,6 +124,16 @@ class UnsupportedVersion(CorruptData):
 class LogGap(CorruptData):
     def __init__(self, key: str, expected: int, found: int):
         super().__init__(key, f"state log is not dense: expected offset {expected}, found {found}")
+
+
+class EntryOutOfOrder(CtpError):
+    """The fold was handed an entry that does not follow the state it applies to: a
+    reader skipped or repeated an offset (a bug, or a log read around a gap)."""
+
+    def __init__(self, topic: str, partition: int, offset: int, applied: int):
+        self.topic, self.partition, self.offset, self.applied = topic, partition, offset, applied
+        super().__init__(f"{topic}/{partition}: entry at offset {offset} applied after offset {applied} "
+                         f"(expected {applied + 1})")
 
 
 # --- the state machine's verdicts ----------------------------------------------------
@@ -295,7 +307,7 @@ class GateFailed(CtpError):
     checkpoint's summary (evaluated, successful, unsuccessful).
     """
 
-    def __init__(self, failures: list[str], statistics: dict | None = None, docs: str | None = None):
+    def __init__(self, failures: list[str], statistics: dict[str, Any] | None = None, docs: str | None = None):
         self.failures, self.statistics, self.docs = list(failures), dict(statistics or {}), docs
         shown = "; ".join(self.failures[:3]) + (f"; and {len(self.failures) - 3} more" if len(self.failures) > 3 else "")
         super().__init__(f"GC gate failed, nothing deleted: {shown}")

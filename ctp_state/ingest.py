@@ -146,10 +146,11 @@ def produce_input(store: ObjectStore, records: Sequence[tuple[str, int, Record]]
     per_partition: dict[tuple[str, int], int] = defaultdict(int)
     with Producer(store, producer_id=producer_id) as producer:
         # Each partition says how many of this id's records it holds: skip those.
-        done = {tp: producer.writer(*tp).resume() for tp in sorted({(t, p) for t, p, _ in records})}
+        resumed: dict[tuple[str, int], int] = {tp: producer.writer(*tp).resume()
+                                               for tp in sorted({(t, p) for t, p, _ in records})}
         todo: list[tuple[str, int, Record]] = []
         for t, p, rec in records:
-            if per_partition[(t, p)] < done[(t, p)]:
+            if per_partition[(t, p)] < resumed[(t, p)]:
                 report.duplicates += 1
             else:
                 todo.append((t, p, rec))

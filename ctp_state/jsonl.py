@@ -62,6 +62,7 @@ def _headers(obj: dict[str, Any], where: str) -> tuple[tuple[str, bytes], ...]:
         pairs = raw.items() if isinstance(raw, dict) else raw
         if not isinstance(pairs, (list, type({}.items()))):
             raise InvalidRecord(where, f"{field!r} must be an object or a list of [name, value] pairs")
+        pair: Any
         for pair in pairs:
             if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
                 raise InvalidRecord(where, f"{field!r} entries must be [name, value] string pairs")

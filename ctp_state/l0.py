@@ -49,7 +49,7 @@ CHUNK_SCHEMA = pa.schema(
 
 
 def crc32c(data: bytes | memoryview) -> int:
-    return google_crc32c.value(bytes(data)) if isinstance(data, memoryview) else google_crc32c.value(data)
+    return int(google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,8 @@ def _ipc(batch: pa.RecordBatch) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    out: bytes = sink.getvalue().to_pybytes()
+    return out
 
 
 def encode_chunk(records: Sequence[Record]) -> bytes:

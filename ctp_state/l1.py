@@ -13,6 +13,7 @@ import io
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -117,7 +118,7 @@ def encode_parquet(table: pa.Table, topic: str, partition: int, *, compression: 
     return buf.getvalue()
 
 
-def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> dict:
+def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> dict[str, Any]:
     """Read ``f``'s chunks, write its Parquet file, return what was done and where the
     time went (seconds reading, decoding, encoding, writing).
 

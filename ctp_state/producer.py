@@ -109,14 +109,13 @@ class PartitionWriter:
         refuses, OutcomeUnknown if the store left the outcome open; otherwise returns
         the log offset and the apply verdict (R2 may still reject it: the log, not this
         process's window, has the last word)."""
-        with self.fence.fence(ph.epoch):
-            with self._append_lock:
-                if self.producer_id is not None:
-                    ph = replace(ph, producer_id=self.producer_id, sequence=self.next_seq)
-                appended = self.log.append(self._get_state(), lambda s: ph)
-                self._install(appended.outcome.state)
-                if self.producer_id is not None:
-                    self._follow_sequence(appended.outcome, ph.record_count)
+        with self.fence.fence(ph.epoch), self._append_lock:
+            if self.producer_id is not None:
+                ph = replace(ph, producer_id=self.producer_id, sequence=self.next_seq)
+            appended = self.log.append(self._get_state(), lambda s: ph)
+            self._install(appended.outcome.state)
+            if self.producer_id is not None:
+                self._follow_sequence(appended.outcome, ph.record_count)
         return appended.offset, appended.outcome
 
     def _follow_sequence(self, outcome: sm.Outcome, records: int) -> None:

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ctp_state import crashpoints
 from ctp_state import state as sm
@@ -43,6 +44,7 @@ from ctp_state.records import PartitionFacts, PartitionReport, ReconcileSummary
 from ctp_state.settings import ReconcileSettings
 from ctp_state.status import facts, reconcile_summaries, select_topics, try_read_partition_states
 from ctp_state.storage import ObjectStore
+
 
 def needs_work(s: sm.PartitionState, cluster_epoch: int, idle_lag: int) -> bool:
     """A partition is worth claiming if it has pending placeholders, or if it is idle
@@ -107,14 +109,14 @@ class _Report:
 
 
 def build_files_locally(store: ObjectStore, files: Sequence[L1File], *, threads: int = 4,
-                        compression: str = "zstd") -> list[dict]:
+                        compression: str = "zstd") -> list[dict[str, Any]]:
     """``map_files`` without Spark: threads in this process."""
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         return list(pool.map(lambda job: build_one(store, job[0], job[1], compression), enumerate(files)))
 
 
 def build_one(store: ObjectStore, index: int, f: L1File, compression: str = "zstd",
-              profile_dir: str | None = None) -> dict:
+              profile_dir: str | None = None) -> dict[str, Any]:
     """Build one L1 file; a data error becomes a result, not an exception, so one bad
     partition does not fail the others. With ``profile_dir``, a cProfile of the build
     is written there."""
@@ -138,7 +140,7 @@ def run_reconcile(
     *,
     topics: Sequence[str] | None = None,
     config: ReconcileSettings = ReconcileSettings(),
-    map_files: Callable[[list[L1File]], list[dict]] | None = None,
+    map_files: Callable[[list[L1File]], list[dict[str, Any]]] | None = None,
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
 ) -> ReconcileSummary:
     """Run one reconcile over ``topics`` (all when None) and return its summary."""
@@ -210,7 +212,7 @@ def _release_if_held(log: PartitionLog, owner: str) -> None:
 def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, owner: str,
                       claimed: list[tuple[PartitionLog, sm.PartitionState]],
                       reports: dict[tuple[str, int], _Report], released: set[tuple[str, int]],
-                      map_files: Callable[[list[L1File]], list[dict]],
+                      map_files: Callable[[list[L1File]], list[dict[str, Any]]],
                       on_progress: Callable[[str, int, int], None]) -> None:
     crashpoints.reached("after_claim")
 
@@ -259,6 +261,7 @@ def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, own
                 r.l1_bytes = sum(by_key[f.key]["l1_bytes"] for f in fs)
                 r.l1_files = keys
                 crashpoints.reached("after_commit", index)
+            assert st.min_epoch_lower_bound is not None and st.max_applied_epoch is not None  # claimed: initialized
             if not st.pending and c - st.min_epoch_lower_bound >= config.idle_lag and c >= st.max_applied_epoch:
                 out = log.append(st, lambda _s: Advance(c, writer_epoch)).outcome
                 if out.rejected is None:
@@ -283,11 +286,15 @@ def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, own
     _pmap(commit, list(enumerate(claimed)), config.threads)
 
 
+T = TypeVar("T")
+U = TypeVar("U")
+
+
 def _verdict_status(e: Exception) -> str:
     return "fenced" if getattr(e, "code", "") in ("writer_fenced", "unknown_writer_epoch") else "error"
 
 
-def _pmap(fn: Callable, items: Sequence, threads: int) -> list:
+def _pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:
     if not items:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items)))) as pool:
@@ -297,7 +304,9 @@ def _pmap(fn: Callable, items: Sequence, threads: int) -> list:
 def _summarize(run_id: str, started_ms: int, c: int, config: ReconcileSettings,
                reports: dict[tuple[str, int], _Report]) -> ReconcileSummary:
     parts = tuple(r.freeze() for _, r in sorted(reports.items()))
-    count = lambda status: sum(1 for p in parts if p.status == status)  # noqa: E731
+    def count(status: str) -> int:
+        return sum(1 for p in parts if p.status == status)
+
     finished_ms = int(time.time() * 1000)
     return ReconcileSummary(
         run_id=run_id,

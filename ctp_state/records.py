@@ -72,7 +72,8 @@ def decode(cls: type[R], data: dict[str, Any], key: str) -> R:
         data = cls.UPCASTERS[v](data)
         v += 1
         data["v"] = v
-    return convert(cls, data, key)
+    out: R = convert(cls, data, key)
+    return out
 
 
 def convert(cls: type[Any], data: Any, key: str) -> Any:

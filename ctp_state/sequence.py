@@ -23,8 +23,8 @@ from typing import Generic
 import msgspec
 
 from ctp_state import codec, layout, records
-from ctp_state.records import R
 from ctp_state.errors import ContentionTimeout, CorruptData, KeyExists, ObjectNotFound, StoreError
+from ctp_state.records import R
 from ctp_state.storage import ObjectStore
 
 log = logging.getLogger(__name__)

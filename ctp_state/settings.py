@@ -91,7 +91,7 @@ def from_options(cls: type[S], values: Mapping[str, Any], base: S | None = None)
         if v is None and o.default is not None:
             continue
         changes[o.field] = _convert(o, v)
-    return replace(base, **changes) if base is not None else cls(**changes)
+    return replace(base, **changes) if base is not None else cls(**changes)  # type: ignore[type-var]
 
 
 def _convert(o: Option, v: Any) -> Any:

@@ -34,6 +34,7 @@ from ctp_state.entries import (
 from ctp_state.errors import (
     ClaimHeld,
     CorruptData,
+    EntryOutOfOrder,
     InvalidTransition,
     OutOfOrderSequence,
     Rejected,
@@ -230,10 +231,7 @@ def apply(state: PartitionState, offset: int, entry: Entry) -> Outcome:
     no effect) and carries its verdict in ``Outcome.rejected``.
     """
     if offset != state.applied_offset + 1:
-        raise ValueError(
-            f"{state.topic}/{state.partition}: entry at offset {offset} applied after "
-            f"offset {state.applied_offset}"
-        )
+        raise EntryOutOfOrder(state.topic, state.partition, offset, state.applied_offset)
     moved = replace(state, applied_offset=offset)
     try:
         if isinstance(entry, Init):
@@ -360,7 +358,8 @@ def _duplicate_of(s: PartitionState, known: ProducerSeq, e: Placeholder) -> tupl
     applied but the batch is not one the partition can compare (other records under the
     same numbers: :class:`SequenceConflict`; too old or cut differently:
     :class:`UnverifiableDuplicate`)."""
-    first, last = e.sequence, e.sequence + e.record_count - 1  # type: ignore[operator]
+    assert e.sequence is not None  # only placeholders with a producer id reach here
+    first, last = e.sequence, e.sequence + e.record_count - 1
     if first > known.last_seq:
         return None
     if last > known.last_seq:
@@ -384,7 +383,7 @@ def _remember(s: PartitionState, known: ProducerSeq | None, e: Placeholder, base
         horizon = s.max_applied_epoch - PRODUCER_RETENTION_EPOCHS  # type: ignore[operator]
         excess = len(table) - MAX_PRODUCERS
         old = {p.producer_id for p in table[:-1] if p.last_epoch < horizon}
-        drop = set(list(p.producer_id for p in table if p.producer_id in old)[:excess])
+        drop = set([p.producer_id for p in table if p.producer_id in old][:excess])
         table = tuple(p for p in table if p.producer_id not in drop)
         table = table[-MAX_PRODUCERS_HARD:]  # ...and a hard bound on memory
     return replace(s, producers=table)
@@ -396,8 +395,10 @@ def allowed_lower_bound(s: PartitionState, through_log_offset: int) -> int:
     applied epoch as of that offset; we know that value exactly only when the applied
     window has not moved since, otherwise the bound stays where it is."""
     if s.epoch_window_offset <= through_log_offset:
-        return max(s.previous_applied_epoch, s.min_epoch_lower_bound)  # type: ignore[type-var]
-    return s.min_epoch_lower_bound  # type: ignore[return-value]
+        assert s.previous_applied_epoch is not None and s.min_epoch_lower_bound is not None  # initialized
+        return max(s.previous_applied_epoch, s.min_epoch_lower_bound)
+    assert s.min_epoch_lower_bound is not None  # initialized
+    return s.min_epoch_lower_bound
 
 
 def _apply_reconcile(s: PartitionState, offset: int, e: Reconcile) -> PartitionState:
@@ -608,10 +609,16 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
     if b.get("v") not in SUPPORTED_SNAPSHOT_VERSIONS:
         raise UnsupportedVersion(key, "snapshot", b.get("v"), SUPPORTED_SNAPSHOT_VERSIONS)
     try:
-        opt = lambda name: None if b[name] is None else validate.int64(  # noqa: E731
-            b[name], what=name, minimum=1, maximum=validate.MAX_EPOCH)
-        num = lambda name, lo=-1: validate.int64(b[name], what=name, minimum=lo)  # noqa: E731
-        i64 = lambda v, what, lo=0: validate.int64(v, what=what, minimum=lo)  # noqa: E731
+        def opt(name: str) -> int | None:
+            return None if b[name] is None else validate.int64(b[name], what=name, minimum=1,
+                                                                maximum=validate.MAX_EPOCH)
+
+        def num(name: str, lo: int = -1) -> int:
+            return validate.int64(b[name], what=name, minimum=lo)
+
+        def i64(v: object, what: str, lo: int = 0) -> int:
+            return validate.int64(v, what=what, minimum=lo)
+
         s = PartitionState(
             topic=validate.topic_name(b["topic"]),
             partition=num("partition", 0),

@@ -51,7 +51,7 @@ class Topic:
 
     def check_partition(self, partition: int) -> int:
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < self.partitions:
-            raise PartitionNotFound(self.name, partition, self.partitions)  # type: ignore[arg-type]
+            raise PartitionNotFound(self.name, partition, self.partitions)
         return partition
 
 

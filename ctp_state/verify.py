@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ctp_state import codec, layout
 from ctp_state import entries as en
@@ -82,7 +83,7 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.errors
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "errors": len(self.errors),
                 "warnings": sum(1 for f in self.findings if f.severity == WARNING),
                 "cluster": [asdict(f) for f in self.cluster],
@@ -146,7 +147,7 @@ def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_ob
         except CorruptData as e:
             covered = snap is not None and offset <= snap.applied_offset
             say(ERROR, f"entry does not decode ({e.reason})" + (
-                f"; the snapshot at offset {snap.applied_offset} covers it, so the state still reads, but "
+                f"; the snapshot at offset {snap.applied_offset if snap else '?'} covers it, so the state still reads, but "
                 "the log can no longer rebuild it" if covered else "; the partition's state cannot be read"),
                 key)
             replayed = False

@@ -5,7 +5,7 @@ Runs after every successful reconcile (the `ctp://reconcile/summary` Asset) or f
 trigger form. Tasks:
 
 1. **gate** — reads the cluster epoch C, then every partition; computes the safe epoch
-   **M = min(C − 1, min M(p))**; runs the Great Expectations gate (its own in-memory GX
+   **M = min(C - 1, min M(p))**; runs the Great Expectations gate (its own in-memory GX
    run): M non-null, never decreasing over the GC history and below C; every partition's
    lower bound never below the last run's, previous_applied ≤ max_applied, lower bound
    ≤ previous_applied, no pending placeholder at or below M; newly committed L1 files
@@ -41,7 +41,6 @@ from airflow.sdk import Param, dag, task
 from ctp_common import GC_ASSET, OWNER, RECONCILE_ASSET, open_store, resolve, settings_params
 
 from ctp_state.settings import GcSettings
-
 
 log = logging.getLogger(__name__)
 

@@ -132,7 +132,7 @@ def validate_frames(ctx: Any, frames: dict[str, pa.Table], run_name: str) -> tup
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
 
-    run_time = dt.datetime.now(dt.timezone.utc)
+    run_time = dt.datetime.now(dt.UTC)
     run_id = RunIdentifier(run_name=run_name, run_time=run_time)
     source = ctx.data_sources.add_pandas(DATASOURCE)
     results = []
@@ -188,7 +188,7 @@ def run_name_of(frames: dict[str, pa.Table]) -> str:
         for rid, cand in zip(t.column("run_id").to_pylist(), t.column("candidate").to_pylist()):
             if cand and rid:
                 return _UNSAFE.sub("_", str(rid))[:100]
-    return f"gate-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    return f"gate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
 
 # --- Data Docs ------------------------------------------------------------------------------------

@@ -7,13 +7,13 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ctp_state.errors import GateFailed
 import msgspec
 
+from ctp_state.errors import GateFailed
 from ctp_state.gc import run_gc, validate
+from ctp_state.gc.history import GcHistory
 from ctp_state.gc.run import held_by
 from ctp_state.records import GcRecord, HeldBy, Scalar
-from ctp_state.gc.history import GcHistory
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
 from expectations.gate import GxGate, claim

@@ -82,7 +82,7 @@ def localize_data_docs(site_dir: str) -> int:
             rel_logo = os.path.relpath(logo, folder).replace(os.sep, "/")
             text = _REMOTE_LINK.sub("", text)
             text = _REMOTE_SCRIPT.sub("", text)
-            text = _REMOTE_IMG.sub(lambda m: m.group(1) + rel_logo + m.group(2), text)
+            text = _REMOTE_IMG.sub(lambda m, logo=rel_logo: m.group(1) + logo + m.group(2), text)
             text = text.replace("</head>", f"{_MARK}<style>{OFFLINE_CSS}</style></head>", 1)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
@@ -146,7 +146,7 @@ def gate_index_page(entries: Sequence[dict[str, Any]]) -> str:
 def _when(ms: int | None) -> str:
     if not ms:
         return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _bytes(n: int | None) -> str:

@@ -42,7 +42,7 @@ def _build(url: str, compression: str, job: tuple[int, Any]) -> dict:
 
 
 def _warm(_: object) -> int:
-    import ctp_state.l1  # noqa: F401  (pyarrow, parquet, the L0 decoder)
+    import ctp_state.l1
     import ctp_state.reconcile  # noqa: F401
 
     return os.getpid()

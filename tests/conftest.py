@@ -52,7 +52,7 @@ class MotoServer:
                     return
             except OSError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError("moto_server exited at start")
+                    raise RuntimeError("moto_server exited at start") from None
                 time.sleep(0.1)
         raise RuntimeError("moto_server did not start within 30 s")
 

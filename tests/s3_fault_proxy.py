@@ -288,7 +288,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive to the client
     server: _Server
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
     @property
@@ -321,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
         method = self.command
         body, raw = self._read_body()
         url = urlsplit(self.path)
-        bucket, _, key = url.path.lstrip("/").partition("/")
+        _bucket, _, key = url.path.lstrip("/").partition("/")
         is_delete = method == "POST" and not key and "delete" in parse_qs(url.query, keep_blank_values=True)
         objs: list[tuple[str, str | None]] = []
         quiet = False

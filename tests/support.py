@@ -59,11 +59,11 @@ class Wrapped(ObjectStore):
     def __init__(self, inner: ObjectStore):
         self.inner, self.url = inner, inner.url
 
-    def get(self, k): return self.inner.get(k)  # noqa: E704
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)  # noqa: E704
-    def put(self, k, d): return self.inner.put(k, d)  # noqa: E704
-    def put_if_absent(self, k, d): return self.inner.put_if_absent(k, d)  # noqa: E704
-    def head(self, k): return self.inner.head(k)  # noqa: E704
-    def list(self, prefix="", start_after=None): return self.inner.list(prefix, start_after)  # noqa: E704
-    def list_level(self, prefix): return self.inner.list_level(prefix)  # noqa: E704
-    def _delete_batch(self, keys): return self.inner._delete_batch(keys)  # noqa: E704
+    def get(self, k): return self.inner.get(k)
+    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)
+    def put(self, k, d): return self.inner.put(k, d)
+    def put_if_absent(self, k, d): return self.inner.put_if_absent(k, d)
+    def head(self, k): return self.inner.head(k)
+    def list(self, prefix="", start_after=None): return self.inner.list(prefix, start_after)
+    def list_level(self, prefix): return self.inner.list_level(prefix)
+    def _delete_batch(self, keys): return self.inner._delete_batch(keys)

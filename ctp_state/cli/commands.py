@@ -59,7 +59,7 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(e))
         except (OSError, ValueError) as e:
             fail(f"{type(e).__name__}: {e}")
-        except Exception as e:  # noqa: BLE001 - a CLI must not dump a traceback by default
+        except Exception as e:
             if os.environ.get("CTP_DEBUG"):
                 raise
             fail(f"unexpected {type(e).__name__}: {e} (set CTP_DEBUG=1 for a traceback)")
@@ -84,7 +84,7 @@ class _OneLineErrors(click.Group):
     """Usage errors (a bad option value, a missing argument) print one line, as every
     other error does: ``error: Invalid value for '--limit': -1 is not in the range x>=0.``"""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
         try:
             return super().main(*args, **kwargs)
@@ -98,7 +98,7 @@ class _OneLineErrors(click.Group):
             sys.exit(e.exit_code)
 
 
-class _Seconds(click.ParamType):
+class _Seconds(click.ParamType):  # type: ignore[type-arg]
     """A finite number >= 0 (no nan, no inf)."""
 
     name = "seconds"

@@ -67,7 +67,7 @@ class Scan:
 
 def backoff_delay(attempt: int, base_s: float, cap_s: float) -> float:
     """Exponential backoff: ``base_s * 2**attempt``, at most ``cap_s``."""
-    return min(cap_s, base_s * (2 ** attempt))
+    return float(min(cap_s, base_s * (2**attempt)))
 
 
 def scan_prefix(store: ObjectStore, prefix: str, m: int, *, lister: ObjectStore | None = None,
@@ -272,7 +272,7 @@ def delete_objects(
         asked = set(job.keys)  # the plan bounds what is deleted, not the store's answer
         errors = {k: code for k, code in raw.errors.items() if k in asked}
         deleted = {k for k in raw.deleted if k in asked and k not in errors}
-        errors.update({k: "missing from the delete response" for k in asked - deleted - errors.keys()})
+        errors.update(dict.fromkeys(asked - deleted - errors.keys(), "missing from the delete response"))
         res = DeleteResult(tuple(k for k in job.keys if k in deleted), errors)
         throttled = {k: code for k, code in res.errors.items() if is_throttle(code)}
         failed = {k: code for k, code in res.errors.items() if k not in throttled}

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -86,7 +87,7 @@ class SweepResult:
     young: int = 0  # uncommitted files left for a later run (too young, or a claim is live)
     beyond_lr: int = 0
     orphans: list[ObjectInfo] = field(default_factory=list)
-    new_files: list[dict] = field(default_factory=list)
+    new_files: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _range(key: str) -> tuple[int, int]:
@@ -150,7 +151,7 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
     return res
 
 
-def _check_row(store: ObjectStore, inp: SweepInput, ref: L1Ref, prev_last: int) -> dict:
+def _check_row(store: ObjectStore, inp: SweepInput, ref: L1Ref, prev_last: int) -> dict[str, Any]:
     """One newly committed L1 file, as the gate sees it: read whole and checked (its L0
     sources are about to be deleted: the L1 copy must read first), offsets counted."""
     row = {"topic": inp.topic, "partition": inp.partition, "key": ref.key, "first_offset": ref.first,

@@ -48,12 +48,12 @@ def compute_m(
     quarantined = quarantined or {}
     missing = [s for s in states if not s.initialized]
     if missing:
-        held = tuple(
+        unfinished = tuple(
             Holdback(s.topic, s.partition, None, ("partition has no init entry: topic creation is unfinished "
                                                   "(run `ctp topic create` again); collection waits",))
             for s in missing
         )
-        return MDecision(cluster_epoch, None, held, len(states))
+        return MDecision(cluster_epoch, None, unfinished, len(states))
     m = min([cluster_epoch - 1] + [s.m for s in states])  # type: ignore[type-var]
     held: list[Holdback] = []
     if cluster_epoch - 1 == m:

@@ -10,6 +10,7 @@ callers reload, re-apply and retry a bounded number of times.
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -79,23 +80,23 @@ class ObjectStore(ABC):
         in byte-wise key order. Pagination is internal; stop iterating to stop early."""
 
     @abstractmethod
-    def list_level(self, prefix: str) -> tuple[list[str], list[ObjectInfo]]:
+    def list_level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[ObjectInfo]]:
         """One level under ``prefix`` (which ends in '/'): the next-level "directories"
         (each ending in '/') and the objects directly at this level, in key order."""
 
-    def list_prefixes(self, prefix: str) -> list[str]:
+    def list_prefixes(self, prefix: str) -> builtins.list[str]:
         return self.list_level(prefix)[0]
 
     @abstractmethod
-    def _delete_batch(self, keys: list[str]) -> DeleteResult:
+    def _delete_batch(self, keys: builtins.list[str]) -> DeleteResult:
         """Delete at most :data:`MAX_DELETE_BATCH` keys in one request."""
 
     def delete_many(self, keys: Iterable[str]) -> DeleteResult:
         """Delete keys in batches of at most 1000. Absent keys count as deleted (S3
         semantics); per-key failures are returned, never swallowed."""
-        deleted: list[str] = []
+        deleted: builtins.list[str] = []
         errors: dict[str, str] = {}
-        batch: list[str] = []
+        batch: builtins.list[str] = []
         for key in keys:
             batch.append(check_key(key))
             if len(batch) == MAX_DELETE_BATCH:
@@ -121,5 +122,5 @@ class ObjectStore(ABC):
         (:mod:`ctp_state.throttle`). Close it when done if it is not ``self``."""
         return self
 
-    def close(self) -> None:  # pragma: no cover - default no-op
+    def close(self) -> None:  # noqa: B027 - a default no-op, not abstract: most stores hold nothing
         pass

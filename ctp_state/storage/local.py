@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import errno
 import os
 import stat
@@ -155,12 +156,12 @@ class LocalStore(ObjectStore):
                     continue
                 yield ObjectInfo(key, st.st_size, st.st_mtime)
 
-    def list_level(self, prefix: str) -> tuple[list[str], list[ObjectInfo]]:
+    def list_level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[ObjectInfo]]:
         if prefix and not prefix.endswith("/"):
             raise StoreError(f"list_level needs a prefix ending in '/', got {prefix!r}")
         path = os.path.join(self.root, *prefix.rstrip("/").split("/")) if prefix else self.root
-        dirs: list[str] = []
-        files: list[ObjectInfo] = []
+        dirs: builtins.list[str] = []
+        files: builtins.list[ObjectInfo] = []
         try:
             with os.scandir(path) as it:
                 for e in it:
@@ -174,8 +175,8 @@ class LocalStore(ObjectStore):
             return [], []
         return sorted(dirs, key=str.encode), sorted(files, key=lambda o: o.key.encode())
 
-    def _delete_batch(self, keys: list[str]) -> DeleteResult:
-        deleted: list[str] = []
+    def _delete_batch(self, keys: builtins.list[str]) -> DeleteResult:
+        deleted: builtins.list[str] = []
         errors: dict[str, str] = {}
         for key in keys:
             path = self._path(key)

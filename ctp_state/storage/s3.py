@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import ParseResult
@@ -44,7 +45,8 @@ class S3Store(ObjectStore):
 
     def get(self, key: str) -> bytes:
         try:
-            return self._s3.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()
+            data: bytes = self._s3.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()
+            return data
         except self._ClientError as e:
             if self._code(e) in ("NoSuchKey", "404", "NotFound"):
                 raise ObjectNotFound(key) from None
@@ -59,7 +61,8 @@ class S3Store(ObjectStore):
             resp = self._s3.get_object(
                 Bucket=self.bucket, Key=self._k(key), Range=f"bytes={start}-{start + length - 1}"
             )
-            return resp["Body"].read()
+            data: bytes = resp["Body"].read()
+            return data
         except self._ClientError as e:
             code = self._code(e)
             if code in ("NoSuchKey", "404", "NotFound"):
@@ -110,11 +113,11 @@ class S3Store(ObjectStore):
             kwargs.pop("StartAfter", None)
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
-    def list_level(self, prefix: str) -> tuple[list[str], list[ObjectInfo]]:
+    def list_level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[ObjectInfo]]:
         if prefix and not prefix.endswith("/"):
             raise StoreError(f"list_level needs a prefix ending in '/', got {prefix!r}")
-        dirs: list[str] = []
-        files: list[ObjectInfo] = []
+        dirs: builtins.list[str] = []
+        files: builtins.list[ObjectInfo] = []
         n = len(self.prefix)
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix, "Delimiter": "/"}
         while True:
@@ -129,7 +132,7 @@ class S3Store(ObjectStore):
                 return dirs, files
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
-    def _delete_batch(self, keys: list[str]) -> DeleteResult:
+    def _delete_batch(self, keys: builtins.list[str]) -> DeleteResult:
         assert len(keys) <= MAX_DELETE_BATCH
         try:
             resp = self._s3.delete_objects(
@@ -138,7 +141,7 @@ class S3Store(ObjectStore):
             )
         except self._ClientError as e:
             reason = self._code(e) or "request failed"
-            return DeleteResult((), {k: reason for k in keys})
+            return DeleteResult((), dict.fromkeys(keys, reason))
         n = len(self.prefix)
         errors = {e["Key"][n:]: e.get("Code", "error") for e in resp.get("Errors", ())}
         return DeleteResult(tuple(k for k in keys if k not in errors), errors)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ctp_state.storage import open_store
-from tests.safety.conftest import LostResponses, gate  # noqa: F401  (re-exported fixture)
+from tests.safety.conftest import LostResponses, gate
 
 
 @pytest.fixture
@@ -15,4 +15,4 @@ def fstore(tmp_path):
     return open_store(f"file://{tmp_path}/store", {})
 
 
-__all__ = ["LostResponses", "gate", "fstore"]
+__all__ = ["LostResponses", "fstore", "gate"]

@@ -123,15 +123,15 @@ class _CutLogAfterLoss(ObjectStore):
         self._cut(k)
         return self.inner.get(k)
 
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)  # noqa: E704
-    def head(self, k): return self.inner.head(k)  # noqa: E704
+    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)
+    def head(self, k): return self.inner.head(k)
 
     def list(self, prefix="", start_after=None):
         self._cut(prefix)
         return self.inner.list(prefix, start_after)
 
-    def list_level(self, prefix): return self.inner.list_level(prefix)  # noqa: E704
-    def _delete_batch(self, keys): return self.inner._delete_batch(keys)  # noqa: E704
+    def list_level(self, prefix): return self.inner.list_level(prefix)
+    def _delete_batch(self, keys): return self.inner._delete_batch(keys)
 
 
 class _EpochBlip(ObjectStore):
@@ -159,21 +159,21 @@ class _EpochBlip(ObjectStore):
                 time.sleep(5.2)
         return self.inner.put(key, data)
 
-    def put_if_absent(self, key, data): return self.inner.put_if_absent(key, data)  # noqa: E704
+    def put_if_absent(self, key, data): return self.inner.put_if_absent(key, data)
 
     def get(self, k):
         self._epoch_read(k)
         return self.inner.get(k)
 
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)  # noqa: E704
-    def head(self, k): return self.inner.head(k)  # noqa: E704
+    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)
+    def head(self, k): return self.inner.head(k)
 
     def list(self, prefix="", start_after=None):
         self._epoch_read(prefix)
         return self.inner.list(prefix, start_after)
 
-    def list_level(self, prefix): return self.inner.list_level(prefix)  # noqa: E704
-    def _delete_batch(self, keys): return self.inner._delete_batch(keys)  # noqa: E704
+    def list_level(self, prefix): return self.inner.list_level(prefix)
+    def _delete_batch(self, keys): return self.inner._delete_batch(keys)
 
 
 def test_an_epoch_read_failing_between_batches_still_reports_every_record(fstore, tmp_path, monkeypatch):

@@ -56,12 +56,12 @@ class _Interfere(ObjectStore):
             raise StoreError(f"connection refused for {key!r}")  # never reached the store
         return self.inner.put_if_absent(key, data)
 
-    def get(self, k): return self.inner.get(k)  # noqa: E704
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)  # noqa: E704
-    def head(self, k): return self.inner.head(k)  # noqa: E704
-    def list(self, prefix="", start_after=None): return self.inner.list(prefix, start_after)  # noqa: E704
-    def list_level(self, prefix): return self.inner.list_level(prefix)  # noqa: E704
-    def _delete_batch(self, keys): return self.inner._delete_batch(keys)  # noqa: E704
+    def get(self, k): return self.inner.get(k)
+    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)
+    def head(self, k): return self.inner.head(k)
+    def list(self, prefix="", start_after=None): return self.inner.list(prefix, start_after)
+    def list_level(self, prefix): return self.inner.list_level(prefix)
+    def _delete_batch(self, keys): return self.inner._delete_batch(keys)
 
 
 def test_a_chunk_not_accepted_beside_a_stale_epoch_retry_is_still_reported(fstore, tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ def run_threads(n: int, target) -> list[BaseException | None]:
     def wrap(i: int) -> None:
         try:
             target(i)
-        except BaseException as e:  # noqa: BLE001 - reported to the test
+        except BaseException as e:
             errors[i] = e
 
     threads = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
@@ -133,9 +133,8 @@ def test_in_window_fences_do_not_starve_a_waiting_slide():
 
 def test_stale_fence_is_refused_with_the_window_and_counted():
     fence, _ = make_fence((8, 9))
-    with pytest.raises(StaleClusterEpoch) as e:
-        with fence.fence(5):
-            pass
+    with pytest.raises(StaleClusterEpoch) as e, fence.fence(5):
+        pass
     assert e.value.window == (8, 9) and e.value.epoch == 5
     assert fence.probes.stale_rejections == 1 and fence.probes.last_rejected_gap == 3
     with fence.fence(9):

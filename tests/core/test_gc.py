@@ -143,7 +143,7 @@ class FlakyStore(Wrapped):
             self.requests += 1
             throttled = self.requests <= self.throttle
         if throttled:
-            return DeleteResult((), {k: "SlowDown" for k in keys})
+            return DeleteResult((), dict.fromkeys(keys, "SlowDown"))
         ok = [k for k in keys if k not in self.broken]
         res = self.inner._delete_batch(ok) if ok else DeleteResult()
         return DeleteResult(res.deleted, {**res.errors, **{k: "AccessDenied" for k in keys if k in self.broken}})

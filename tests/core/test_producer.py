@@ -149,7 +149,6 @@ def test_a_record_no_reader_could_read_back_is_refused_before_anything_is_writte
     from ctp_state.errors import InvalidRecord
 
     topic_at(1)
-    with Producer(store) as p:
-        with pytest.raises(InvalidRecord):
-            p.write([(("t", 0), [Record(b"fine"), bad])])
+    with Producer(store) as p, pytest.raises(InvalidRecord):
+        p.write([(("t", 0), [Record(b"fine"), bad])])
     assert not list(store.list(layout.L0_ROOT)) and PartitionLog(store, "t", 0).read_state().next_offset == 0

@@ -249,7 +249,7 @@ def test_probability_is_seeded_and_reproducible(moto, bucket):
             proxy.add_rule("error_500", method="HEAD", probability=0.5)
             s3 = client(proxy_env(moto, proxy), retries=0)
             failed = []
-            for i in range(40):
+            for _ in range(40):
                 try:
                     s3.head_object(Bucket=bucket, Key=f"{PREFIX}/{uuid.uuid4().hex}")
                 except ClientError as e:

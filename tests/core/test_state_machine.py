@@ -10,6 +10,8 @@ from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release
 from ctp_state.errors import (
     ClaimHeld,
+    CtpError,
+    EntryOutOfOrder,
     InvalidTransition,
     StaleClusterEpoch,
     UnknownWriterEpoch,
@@ -129,6 +131,17 @@ def test_uninitialized_partition_refuses_placeholders():
     out = log.add(ph(5))
     assert isinstance(out.rejected, InvalidTransition)
     assert "not initialized" in str(out.rejected)
+
+
+@pytest.mark.parametrize("offset", [0, 2, -1])
+def test_an_entry_at_the_wrong_offset_is_a_ctp_error_naming_the_partition(offset):
+    """The fold's one precondition (entries in offset order) fails as a CtpError the
+    readers and the GC already handle, not a bare ValueError."""
+    log = Log()
+    with pytest.raises(EntryOutOfOrder) as e:
+        sm.apply(log.state, offset, ph(5))
+    assert isinstance(e.value, CtpError)
+    assert str(e.value) == f"t/0: entry at offset {offset} applied after offset 0 (expected 1)"
 
 
 def test_second_init_is_refused():

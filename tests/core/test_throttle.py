@@ -127,7 +127,7 @@ class PrefixRateStore(Wrapped):
         try:
             time.sleep(self.latency_s)
             if over:
-                return DeleteResult((), {k: "SlowDown" for k in keys})
+                return DeleteResult((), dict.fromkeys(keys, "SlowDown"))
             return self.inner._delete_batch(keys)
         finally:
             with self._lock:

@@ -77,7 +77,7 @@ def test_the_trigger_forms_defaults_are_the_settings_defaults(dagbag, dag_id, cl
 
     known = {o.name: o for o in s.options(getattr(s, cls_name))}
     params = dagbag.dags[dag_id].params
-    offered = [n for n in params.keys() if n in known]
+    offered = [n for n in params if n in known]
     assert offered
     for name in offered:
         assert params[name] == known[name].default, name

@@ -7,9 +7,8 @@ import json
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
-from ctp_state import layout
+from ctp_state import layout, records
 from ctp_state.epoch import ClusterEpoch
-from ctp_state import records
 from ctp_state.gc.history import GcHistory
 from ctp_state.records import GcRecord
 from tests.core.test_cli import CTP, ctp, ok

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import re
 
-import pyarrow as pa
 import msgspec
+import pyarrow as pa
 import pytest
 
 from ctp_state import layout

@@ -579,4 +579,4 @@ def run_sim(seed: int, params: Params, *, backend: str, url: str, env: dict[str,
     return sim.run(steps if steps is not None else schedule(seed, params))
 
 
-__all__ = ["SimReport", "Sim", "run_sim", "records"]
+__all__ = ["Sim", "SimReport", "records", "run_sim"]

@@ -23,8 +23,8 @@ from tests.support import assert_exactly_once, produce_rounds
 
 
 def spark_args(store, **kw) -> argparse.Namespace:
-    base = dict(store=store.url, topics=None, target_file_mb=128.0, max_mb_per_partition=None, idle_lag=2,
-                lease_seconds=900.0, claim_wait_seconds=0.0, compression="zstd", master=None)
+    base = {"store": store.url, "topics": None, "target_file_mb": 128.0, "max_mb_per_partition": None, "idle_lag": 2,
+            "lease_seconds": 900.0, "claim_wait_seconds": 0.0, "compression": "zstd", "master": None}
     base.update(kw)
     return argparse.Namespace(**base)
 
