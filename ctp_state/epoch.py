@@ -22,10 +22,12 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 from ctp_state import layout, validate
-from ctp_state.errors import ContentionTimeout, CorruptData, InvalidEpoch, KeyExists, ObjectNotFound
+from ctp_state.errors import CorruptData, InvalidEpoch, ObjectNotFound
+from ctp_state.sequence import create_next
 from ctp_state.storage import ObjectStore
 
 MAX_ADVANCE_ATTEMPTS = 1000
@@ -86,20 +88,21 @@ class ClusterEpoch:
 
     def advance(self) -> int:
         """Atomically move C to the next value and return it."""
-        epoch = self.current()
-        for _ in range(MAX_ADVANCE_ATTEMPTS):
-            if epoch >= validate.MAX_EPOCH:
-                raise InvalidEpoch(epoch + 1, f"the cluster epoch is at its maximum {validate.MAX_EPOCH} "
+        # The marker names this advance, so a create whose response was lost and that is
+        # sent again is recognised as ours, and two advancers never both own an epoch.
+        token = uuid.uuid4().hex
+
+        def marker(nxt: int) -> tuple[str, bytes]:
+            if nxt > validate.MAX_EPOCH:
+                raise InvalidEpoch(nxt, f"the cluster epoch is at its maximum {validate.MAX_EPOCH} "
                                    "(L0 keys hold 18 digits); it cannot advance")
-            nxt = epoch + 1
-            try:
-                self.store.put_if_absent(layout.epoch_marker(nxt), json.dumps({"epoch": nxt}).encode())
-            except KeyExists:
-                epoch = nxt  # another advancer took it; try the one after
-                continue
-            self._write_hint(nxt)
-            return nxt
-        raise ContentionTimeout("cluster epoch advance", MAX_ADVANCE_ATTEMPTS)
+            return layout.epoch_marker(nxt), json.dumps({"epoch": nxt, "advance": token}).encode()
+
+        # another advancer took nxt: try the one after (markers are dense, C only grows)
+        nxt = create_next(self.store, self.current() + 1, marker, after_loss=lambda n: n + 1,
+                          what="cluster epoch advance", attempts=MAX_ADVANCE_ATTEMPTS)
+        self._write_hint(nxt)
+        return nxt
 
 
 class EpochCache:

@@ -120,7 +120,18 @@ def parse_l0_key(key: str) -> tuple[int, int]:
 
 
 def l1_key(topic: str, partition: int, first: int, last: int) -> str:
-    return f"{L1_ROOT}{topic}/{partition:06d}/{first:020d}-{last:020d}.parquet"
+    return f"{l1_partition_prefix(topic, partition)}{first:020d}-{last:020d}.parquet"
+
+
+def l1_partition_prefix(topic: str, partition: int) -> str:
+    """Where one partition's L1 files live (listing it lists them in offset order)."""
+    return f"{L1_ROOT}{topic}/{partition:06d}/"
+
+
+def l1_after(topic: str, partition: int, offset: int) -> str:
+    """A key that sorts after every L1 file of the partition whose first offset is <=
+    ``offset`` and before every one that starts later (a listing's start-after)."""
+    return f"{l1_partition_prefix(topic, partition)}{offset:020d}-99999999999999999999"
 
 
 _L1_RE = re.compile(r"l1/([A-Za-z0-9._-]{1,249})/(\d{6})/(\d{20})-(\d{20})\.parquet")

@@ -34,7 +34,6 @@ from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Claim, Entry, Init, Release
 from ctp_state.errors import (
     ClaimHeld,
-    ContentionTimeout,
     CorruptData,
     InvalidTransition,
     LogGap,
@@ -42,7 +41,7 @@ from ctp_state.errors import (
     OutcomeUnknown,
     StoreError,
 )
-from ctp_state.sequence import CreateOutcomeUnknown, create_once
+from ctp_state.sequence import CreateOutcomeUnknown, create_next, create_once
 from ctp_state.storage import ObjectStore
 
 DEFAULT_SNAPSHOT_EVERY = 64
@@ -186,23 +185,32 @@ class PartitionLog:
         init entry and this is not one, and :class:`OutcomeUnknown` if the store failed
         the write and kept failing while the append tried to learn its outcome.
         """
-        for _ in range(self.max_attempts):
-            if not state.initialized:
-                state = self.catch_up(state)  # the init may have landed meanwhile
-            entry = make_entry(state)
-            if state.initialized == isinstance(entry, Init):
+        if not state.initialized:
+            state = self.catch_up(state)  # the init may have landed meanwhile
+        current = {"state": state}
+        built: dict[int, Entry] = {}
+
+        def build(offset: int) -> tuple[str, bytes]:
+            st = current["state"]
+            entry = make_entry(st)
+            if st.initialized == isinstance(entry, Init):
                 raise InvalidTransition(
                     self.topic, self.partition,
                     "partition is not initialized (its topic creation is unfinished: run `ctp topic create` "
-                    "again); nothing was written" if not state.initialized else "the log already has its init entry")
-            data = en.encode(entry)
-            offset = state.applied_offset + 1
-            if self._create(self.key(offset), data, offset):
-                outcome = sm.apply(state, offset, entry)
-                self._maybe_snapshot(outcome.state)
-                return Appended(offset, outcome)
-            state = self.catch_up(state)
-        raise ContentionTimeout(f"append to {self.topic}/{self.partition}", self.max_attempts)
+                    "again); nothing was written" if not st.initialized else "the log already has its init entry")
+            built[offset] = entry
+            return self.key(offset), en.encode(entry)
+
+        def after_loss(_offset: int) -> int:
+            current["state"] = self.catch_up(current["state"])  # the entry that won, and any after it
+            return current["state"].applied_offset + 1
+
+        offset = create_next(self.store, state.applied_offset + 1, build, after_loss=after_loss,
+                             what=f"append to {self.topic}/{self.partition}", attempts=self.max_attempts,
+                             create=lambda n, key, data: self._create(key, data, n))
+        outcome = sm.apply(current["state"], offset, built[offset])
+        self._maybe_snapshot(outcome.state)
+        return Appended(offset, outcome)
 
     def _create(self, key: str, data: bytes, offset: int) -> bool:
         """Create ``key`` holding ``data``: True when it holds our bytes, False when

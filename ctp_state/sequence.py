@@ -64,6 +64,30 @@ def create_once(store: ObjectStore, key: str, data: bytes, *, attempts: int = 6,
     raise CreateOutcomeUnknown(key, cause or "the store kept failing")
 
 
+def create_next(store: ObjectStore, first: int, make: Callable[[int], tuple[str, bytes]], *,
+                after_loss: Callable[[int], int], what: str, attempts: int,
+                create: Callable[[int, str, bytes], bool] | None = None) -> int:
+    """The one create-if-absent loop behind every dense sequence ctp keeps (state-log
+    entries, cluster-epoch markers, GC history records, reconcile summaries).
+
+    Creates ``make(n)`` (a key and its bytes) at ``n = first``; when another writer
+    owns ``n``, asks ``after_loss(n)`` for the next number to try (re-reading whatever
+    the caller needs) and builds the record again. Returns the number this writer now
+    owns. A create whose response was lost is settled by :func:`create_once` (the same
+    bytes found at the key are ours); ``create(n, key, data)`` replaces it where the
+    caller turns an unknown outcome into its own error. Raises :class:`ContentionTimeout` after
+    ``attempts`` lost races: one exhaustion error for every sequence.
+    """
+    create = create or (lambda _n, key, data: create_once(store, key, data))
+    n = first
+    for _ in range(attempts):
+        key, data = make(n)
+        if create(n, key, data):
+            return n
+        n = after_loss(n)
+    raise ContentionTimeout(what, attempts)
+
+
 class DenseSequence(Generic[R]):
     """Typed records (:mod:`ctp_state.records`) sealed at ``<prefix><seq:020d>.json``."""
 
@@ -133,14 +157,16 @@ class DenseSequence(Generic[R]):
         """Write ``make(seq)`` sealed at the next free seq; ``make`` is called again with
         the new seq after a lost race, so a record can reflect the ones before it.
         Returns the record as stored (its ``seq`` and ``v`` set)."""
-        seq = self.last() + 1
-        for _ in range(attempts):
-            rec = msgspec.structs.replace(make(seq), seq=seq, v=self.kind.VERSION)
-            if create_once(self.store, self.key(seq), codec.seal(records.encode(rec))):
-                try:
-                    self.store.put(self.hint_key, str(seq).encode())
-                except (StoreError, OSError) as e:  # a hint: the next reader lists a little more
-                    log.warning("could not update %s: %s", self.hint_key, e)
-                return rec
-            seq = self.last() + 1
-        raise ContentionTimeout(f"appending to {self.prefix}", attempts)
+        made: dict[int, R] = {}
+
+        def build(seq: int) -> tuple[str, bytes]:
+            made[seq] = msgspec.structs.replace(make(seq), seq=seq, v=self.kind.VERSION)
+            return self.key(seq), codec.seal(records.encode(made[seq]))
+
+        seq = create_next(self.store, self.last() + 1, build, after_loss=lambda _n: self.last() + 1,
+                          what=f"appending to {self.prefix}", attempts=attempts)
+        try:
+            self.store.put(self.hint_key, str(seq).encode())
+        except (StoreError, OSError) as e:  # a hint: the next reader lists a little more
+            log.warning("could not update %s: %s", self.hint_key, e)
+        return made[seq]

@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from ctp_state import layout
 from ctp_state.records import GcRecord
 from ctp_state.storage import ObjectStore
 
@@ -250,7 +251,7 @@ def write_summary_page(report_dir: str, records: Sequence[GcRecord], *, docs_ind
     return path
 
 
-def publish(store: ObjectStore, report_dir: str, prefix: str = "reports/gc/") -> int:
+def publish(store: ObjectStore, report_dir: str, prefix: str = layout.REPORTS) -> int:
     """Copy the summary page and the Data Docs site into the store under ``prefix``
     (the same relative layout, so links keep working); return how many files."""
     n = 0

@@ -91,12 +91,9 @@ class SweepResult:
 
 
 def _range(key: str) -> tuple[int, int]:
-    name = key.rsplit("/", 1)[1]
-    try:
-        first, last = name.removesuffix(".parquet").split("-")
-        return int(first), int(last)
-    except ValueError:
-        raise CorruptData(key, "L1 key does not parse as <first>-<last>.parquet") from None
+    """A listed L1 key's offsets (:func:`layout.parse_l1_key`, the one L1 key parser)."""
+    _, _, first, last = layout.parse_l1_key(key)
+    return first, last
 
 
 def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_s: float) -> SweepResult:
@@ -105,8 +102,8 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
     if not inp.full and inp.log_end_offset == inp.swept_log_end and w == lr:
         res.skipped = True
         return res
-    prefix = f"{layout.L1_ROOT}{inp.topic}/{inp.partition:06d}/"
-    start = f"{prefix}{w:020d}-99999999999999999999" if w >= 0 and not inp.full else None
+    prefix = layout.l1_partition_prefix(inp.topic, inp.partition)
+    start = layout.l1_after(inp.topic, inp.partition, w) if w >= 0 and not inp.full else None
     listed: dict[str, ObjectInfo] = {}
     for info in store.list(prefix, start_after=start):
         if not info.key.endswith(".parquet"):

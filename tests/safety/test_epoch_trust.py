@@ -68,3 +68,27 @@ def test_epochs_are_bounded_by_the_key_format_and_advance_refuses_to_pass_it(sto
     with pytest.raises(InvalidEpoch, match="maximum"):
         ce.advance()
     assert ce.current() == MAX_EPOCH  # nothing moved
+
+
+def test_an_advance_whose_response_was_lost_moves_c_exactly_once(store):
+    """The marker was created but the reply never came: the advance sends the same
+    bytes again, finds them, and knows the epoch is its own -- it neither fails (a DAG
+    retry would advance twice) nor skips ahead."""
+    from tests.safety.conftest import LostResponses
+
+    ce = ClusterEpoch(store)
+    before = ce.current()
+    lossy = LostResponses(store, r"^cluster/epoch/markers/", times=1)
+    assert ClusterEpoch(lossy).advance() == before + 1
+    assert lossy.lost == [layout.epoch_marker(before + 1)]
+    assert ce.current() == before + 1
+
+
+def test_two_advancers_never_own_the_same_epoch(store):
+    """Racing advances each get their own epoch: the markers name the advance."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = ClusterEpoch(store).current()
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: ClusterEpoch(store).advance(), range(16)))
+    assert sorted(got) == list(range(before + 1, before + 17))
