@@ -30,8 +30,9 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
+
+import msgspec
 
 from ctp_state import crashpoints
 from ctp_state import state as sm
@@ -40,7 +41,7 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
 from ctp_state.l1 import L1File, build_file
 from ctp_state.log import PartitionLog
-from ctp_state.records import PartitionFacts, PartitionReport, ReconcileSummary
+from ctp_state.records import PartitionReport, ReconcileSummary
 from ctp_state.settings import ReconcileSettings
 from ctp_state.status import facts, reconcile_summaries, select_topics, try_read_partition_states
 from ctp_state.storage import ObjectStore
@@ -80,32 +81,29 @@ def plan_files(s: sm.PartitionState, target_file_bytes: int, max_bytes: int | No
 # --- the run -------------------------------------------------------------------------------
 
 
-@dataclass
-class _Report:
-    """What this run has done to one partition so far (frozen into a
-    :class:`~ctp_state.records.PartitionReport` for the summary)."""
+class _Reports:
+    """Each partition's :class:`~ctp_state.records.PartitionReport` as the run works on
+    it: a frozen record, replaced on every change (one partition per thread)."""
 
-    topic: str
-    partition: int
-    status: str = "idle"
-    records: int = 0
-    l0_bytes: int = 0
-    l1_bytes: int = 0
-    l1_files: tuple[str, ...] = ()
-    m_before: int | None = None
-    m_after: int | None = None
-    lag_entries_left: int = 0
-    lag_bytes_left: int = 0
-    reason: str | None = None
-    key: str | None = None
-    state: PartitionFacts | None = None
+    def __init__(self) -> None:
+        self._by: dict[tuple[str, int], PartitionReport] = {}
+
+    def start(self, topic: str, partition: int, **fields: Any) -> None:
+        self._by[(topic, partition)] = PartitionReport(topic=topic, partition=partition, **fields)
+
+    def __getitem__(self, tp: tuple[str, int]) -> PartitionReport:
+        return self._by[tp]
+
+    def set(self, tp: tuple[str, int], **changes: Any) -> None:
+        self._by[tp] = msgspec.structs.replace(self._by[tp], **changes)
 
     def observe(self, s: sm.PartitionState) -> None:
-        self.m_after, self.lag_entries_left, self.lag_bytes_left = s.m, s.lag_entries, s.lag_bytes
-        self.state = facts(s)
+        """The partition's state after what this run did to it."""
+        self.set((s.topic, s.partition), m_after=s.m, lag_entries_left=s.lag_entries, lag_bytes_left=s.lag_bytes,
+                 state=facts(s))
 
-    def freeze(self) -> PartitionReport:
-        return PartitionReport(**vars(self))
+    def all(self) -> tuple[PartitionReport, ...]:
+        return tuple(r for _, r in sorted(self._by.items()))
 
 
 def build_files_locally(store: ObjectStore, files: Sequence[L1File], *, threads: int = 4,
@@ -153,14 +151,15 @@ def run_reconcile(
     wanted = [(t.name, p) for t in select_topics(store, topics) for p in range(t.partitions)]
     got, unreadable = try_read_partition_states(store, wanted, threads=max(1, config.threads))
     states = [s for s in got if s is not None]
-    reports = {(s.topic, s.partition): _Report(s.topic, s.partition, m_before=s.m) for s in states}
-    for t, p, why in unreadable:  # the others are reconciled; this one is reported
-        reports[(t, p)] = _Report(t, p, status="error", reason=f"state cannot be read: {why}")
+    reports = _Reports()
     for s in states:
-        reports[(s.topic, s.partition)].observe(s)
+        reports.start(s.topic, s.partition, m_before=s.m)
+        reports.observe(s)
         if not s.initialized:
-            r = reports[(s.topic, s.partition)]
-            r.status, r.reason = "error", "partition has no init entry (finish `ctp topic create`)"
+            reports.set((s.topic, s.partition), status="error",
+                        reason="partition has no init entry (finish `ctp topic create`)")
+    for t, p, why in unreadable:  # the others are reconciled; this one is reported
+        reports.start(t, p, status="error", reason=f"state cannot be read: {why}")
     todo = [s for s in states if needs_work(s, c, config.idle_lag)]
 
     # 2. claims
@@ -168,19 +167,19 @@ def run_reconcile(
 
     def claim(s: sm.PartitionState) -> tuple[PartitionLog, sm.PartitionState] | None:
         log = PartitionLog(store, s.topic, s.partition)
-        r = reports[(s.topic, s.partition)]
+        tp = (s.topic, s.partition)
         try:
             got = log.claim(s, owner, mode, lease_ms=config.lease_ms, wait_timeout_s=config.claim_wait_s)
         except ClaimHeld as e:
-            r.status, r.reason = "claim_held", str(e)
+            reports.set(tp, status="claim_held", reason=str(e))
             return None
         except CtpError as e:  # one partition's store trouble must not stop the others
-            r.status, r.reason = "error", f"claim failed: {e}"
+            reports.set(tp, status="error", reason=f"claim failed: {e}")
             if isinstance(e, OutcomeUnknown):
                 _release_if_held(log, owner)  # it may have landed: do not strand it
             return None
         if got.outcome.rejected is not None:
-            r.status, r.reason = "claim_held", str(got.outcome.rejected)
+            reports.set(tp, status="claim_held", reason=str(got.outcome.rejected))
             return None
         return log, got.outcome.state
 
@@ -211,7 +210,7 @@ def _release_if_held(log: PartitionLog, owner: str) -> None:
 
 def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, owner: str,
                       claimed: list[tuple[PartitionLog, sm.PartitionState]],
-                      reports: dict[tuple[str, int], _Report], released: set[tuple[str, int]],
+                      reports: _Reports, released: set[tuple[str, int]],
                       map_files: Callable[[list[L1File]], list[dict[str, Any]]],
                       on_progress: Callable[[str, int, int], None]) -> None:
     crashpoints.reached("after_claim")
@@ -232,13 +231,13 @@ def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, own
 
     def commit(job: tuple[int, tuple[PartitionLog, sm.PartitionState]]) -> None:
         index, (log, st) = job
-        r = reports[(st.topic, st.partition)]
-        fs = plans[(st.topic, st.partition)]
+        tp = (st.topic, st.partition)
+        fs = plans[tp]
         writer_epoch = st.writer_epoch
         try:
             bad = [by_key[f.key] for f in fs if "error" in by_key[f.key]]
             if bad:
-                r.status, r.reason, r.key = "quarantined", bad[0]["error"], bad[0].get("l0_key")
+                reports.set(tp, status="quarantined", reason=bad[0]["error"], key=bad[0].get("l0_key"))
                 return
             if fs:
                 through = fs[-1].chunks[-1].log_offset
@@ -252,33 +251,32 @@ def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, own
 
                 out = log.append(st, entry).outcome
                 if out.rejected is not None:
-                    r.status, r.reason = _verdict_status(out.rejected), str(out.rejected)
+                    reports.set(tp, status=_verdict_status(out.rejected), reason=str(out.rejected))
                     return
                 st = out.state
-                r.status = "reconciled"
-                r.records = sum(f.records for f in fs)
-                r.l0_bytes = sum(f.l0_bytes for f in fs)
-                r.l1_bytes = sum(by_key[f.key]["l1_bytes"] for f in fs)
-                r.l1_files = keys
+                reports.set(tp, status="reconciled", records=sum(f.records for f in fs),
+                            l0_bytes=sum(f.l0_bytes for f in fs),
+                            l1_bytes=sum(by_key[f.key]["l1_bytes"] for f in fs), l1_files=keys)
                 crashpoints.reached("after_commit", index)
             assert st.min_epoch_lower_bound is not None and st.max_applied_epoch is not None  # claimed: initialized
             if not st.pending and c - st.min_epoch_lower_bound >= config.idle_lag and c >= st.max_applied_epoch:
                 out = log.append(st, lambda _s: Advance(c, writer_epoch)).outcome
                 if out.rejected is None:
                     st = out.state
-                    r.status = "advanced" if r.status == "idle" else r.status
+                    if reports[tp].status == "idle":
+                        reports.set(tp, status="advanced")
                 # A rejected advance means a producer wrote meanwhile: next run.
         except Rejected as e:
-            r.status, r.reason = _verdict_status(e), str(e)
+            reports.set(tp, status=_verdict_status(e), reason=str(e))
         except CtpError as e:
-            r.status, r.reason = "error", str(e)
+            reports.set(tp, status="error", reason=str(e))
         finally:
             try:
                 st = log.release(st, owner, writer_epoch).outcome.state
                 released.add((st.topic, st.partition))
             except CtpError:
                 pass  # released by the run's own finally, or the lease runs out
-            r.observe(st)
+            reports.observe(st)
             with done_lock:
                 done[0] += 1
                 on_progress("commit", done[0], len(claimed))
@@ -302,8 +300,8 @@ def _pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:
 
 
 def _summarize(run_id: str, started_ms: int, c: int, config: ReconcileSettings,
-               reports: dict[tuple[str, int], _Report]) -> ReconcileSummary:
-    parts = tuple(r.freeze() for _, r in sorted(reports.items()))
+               reports: _Reports) -> ReconcileSummary:
+    parts = reports.all()
     def count(status: str) -> int:
         return sum(1 for p in parts if p.status == status)
 
