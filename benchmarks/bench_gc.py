@@ -94,13 +94,24 @@ def delta_growth(root: str, live: int, garbage: int) -> dict:
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(write, names, chunksize=256))
     schema = json.dumps({"type": "struct", "fields": [{"name": "x", "type": "long", "nullable": True, "metadata": {}}]})
-    v0 = [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
-          {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
-                        "schemaString": schema, "partitionColumns": [], "configuration": {}, "createdTime": old_ms}}]
-    v0 += [{"add": {"path": n, "partitionValues": {}, "size": SIZE, "modificationTime": old_ms, "dataChange": True}}
-           for n in names]
-    v1 = [{"remove": {"path": n, "deletionTimestamp": old_ms, "dataChange": True, "size": SIZE}}
-          for n in names[live:]]
+    v0 = [
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {
+            "metaData": {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": schema,
+                "partitionColumns": [],
+                "configuration": {},
+                "createdTime": old_ms,
+            }
+        },
+    ]
+    v0 += [
+        {"add": {"path": n, "partitionValues": {}, "size": SIZE, "modificationTime": old_ms, "dataChange": True}}
+        for n in names
+    ]
+    v1 = [{"remove": {"path": n, "deletionTimestamp": old_ms, "dataChange": True, "size": SIZE}} for n in names[live:]]
     for version, actions in ((0, v0), (1, v1)):
         with open(os.path.join(root, "_delta_log", f"{version:020d}.json"), "w") as f:
             f.write("\n".join(json.dumps(a) for a in actions) + "\n")
@@ -122,8 +133,13 @@ def bench_growth(lives: list[int], garbage: int) -> list[dict]:
             delta = delta_growth(os.path.join(base, "delta"), live, garbage)
         finally:
             shutil.rmtree(base, ignore_errors=True)
-        row = {"live": live, "garbage": garbage, **ours, **delta,
-               "ratio_vacuum_over_ctp_l0": round(delta["vacuum_full_s"] / ours["l0_gc_s"], 2)}
+        row = {
+            "live": live,
+            "garbage": garbage,
+            **ours,
+            **delta,
+            "ratio_vacuum_over_ctp_l0": round(delta["vacuum_full_s"] / ours["l0_gc_s"], 2),
+        }
         print(json.dumps({"growth": row}), file=sys.stderr)
         out.append(row)
     first = out[0]
@@ -143,7 +159,7 @@ def bench_delete(store_of, n: int, label: str) -> dict:
         if mode == "raw":
             deleted = 0
             for i in range(0, n, 1000):
-                deleted += len(store._delete_batch(keys[i:i + 1000]).deleted)
+                deleted += len(store._delete_batch(keys[i : i + 1000]).deleted)
         else:
             bulk = store.bulk()  # as the GC deletes: its own pacing, no retries underneath
             todo, c = plan_l0_deletes(store, 1, now_s=time.time(), bulk=bulk)
@@ -182,10 +198,15 @@ def bench_throttle(server, n: int, probability: float = 0.3) -> dict:
                 bulk.close()
             assert (c.deleted, c.delete_errors) == (n, 0), (mode, c.deleted, c.delete_errors)
             assert not list(direct.list(layout.L0_ROOT))
-            res[mode] = {"objects_per_s": round(n / took), "seconds": round(took, 2),
-                         "requests_served": proxy.requests, "throttled_responses": proxy.injected["slowdown_503"],
-                         "list_retries": c.list_retries, "delete_retries": c.delete_retries,
-                         "lowest_delete_limit": round(c.lowest_limit, 2)}
+            res[mode] = {
+                "objects_per_s": round(n / took),
+                "seconds": round(took, 2),
+                "requests_served": proxy.requests,
+                "throttled_responses": proxy.injected["slowdown_503"],
+                "list_retries": c.list_retries,
+                "delete_retries": c.delete_retries,
+                "lowest_delete_limit": round(c.lowest_limit, 2),
+            }
     res["ratio_throttled_over_clean"] = round(res["throttled"]["objects_per_s"] / res["clean"]["objects_per_s"], 2)
     print(json.dumps({"throttle": res}), file=sys.stderr)
     return res
@@ -209,8 +230,7 @@ def bench_m(counts: list[int]) -> list[dict]:
             assert d.m == c - 1 and len(views) == n
         finally:
             shutil.rmtree(base, ignore_errors=True)
-        row = {"partitions": n, "m_from_logs_s": round(from_logs, 3),
-               "partitions_per_s": round(n / from_logs)}
+        row = {"partitions": n, "m_from_logs_s": round(from_logs, 3), "partitions_per_s": round(n / from_logs)}
         print(json.dumps({"m": row}), file=sys.stderr)
         out.append(row)
     return out
@@ -224,8 +244,12 @@ def main() -> None:
     ap.add_argument("--delete-objects", type=int, default=5000)
     ap.add_argument("--s3", action="store_true", help="also measure deletes on S3 through a moto server")
     ap.add_argument("--throttle-objects", type=int, default=5000, help="objects for the S3 throttling run")
-    ap.add_argument("--only", choices=["growth", "delete", "m", "throttle"], default=None,
-                    help="run one section (throttle implies --s3)")
+    ap.add_argument(
+        "--only",
+        choices=["growth", "delete", "m", "throttle"],
+        default=None,
+        help="run one section (throttle implies --s3)",
+    )
     args = ap.parse_args()
     os.environ.setdefault("CTP_FSYNC", "0")
     want = {args.only} if args.only else {"growth", "delete", "m"} | ({"throttle"} if args.s3 else set())
@@ -235,8 +259,11 @@ def main() -> None:
     if "delete" in want:
         base = tempfile.mkdtemp(prefix="ctp-bench-del-")
         try:
-            result["delete"] = [bench_delete(lambda: LocalStore(os.path.join(base, uuid.uuid4().hex), fsync=False),
-                                             args.delete_objects, "file")]
+            result["delete"] = [
+                bench_delete(
+                    lambda: LocalStore(os.path.join(base, uuid.uuid4().hex), fsync=False), args.delete_objects, "file"
+                )
+            ]
         finally:
             shutil.rmtree(base, ignore_errors=True)
     if args.s3 or "throttle" in want:
@@ -246,9 +273,13 @@ def main() -> None:
         server = MotoServer()
         try:
             if "delete" in want and args.s3:
-                result["delete"].append(bench_delete(
-                    lambda: open_store(f"s3://{server.new_bucket()}/bench", server.env),
-                    min(args.delete_objects, 3000), "s3 (moto server)"))
+                result["delete"].append(
+                    bench_delete(
+                        lambda: open_store(f"s3://{server.new_bucket()}/bench", server.env),
+                        min(args.delete_objects, 3000),
+                        "s3 (moto server)",
+                    )
+                )
             if "throttle" in want:
                 result["throttle"] = bench_throttle(server, args.throttle_objects)
         finally:

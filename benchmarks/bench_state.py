@@ -96,8 +96,9 @@ def populate(store: ObjectStore, topic: str, partitions: int, entries: int, snap
         # Write the rest directly (what many producers would have appended) and let the
         # last reader write the snapshot, as in production.
         for off in range(s.applied_offset + 1, entries):
-            store.put_if_absent(layout.log_entry(topic, p, off),
-                                encode(Placeholder(1, f"l0/000/{1:018d}/x{off}.l0", 8, 100, 10, 0)))
+            store.put_if_absent(
+                layout.log_entry(topic, p, off), encode(Placeholder(1, f"l0/000/{1:018d}/x{off}.l0", 8, 100, 10, 0))
+            )
         log.read_state()
 
     with ThreadPoolExecutor(16) as pool:
@@ -165,7 +166,8 @@ def main() -> None:
             bucket = server.new_bucket()
             store = open_store(f"s3://{bucket}/bench", server.env)
             out["state_reads"].append(
-                bench_reads(store, "s3-moto", args.s3_partitions, args.entries, args.snapshot_every))
+                bench_reads(store, "s3-moto", args.s3_partitions, args.entries, args.snapshot_every)
+            )
         finally:
             server.stop()
     print(json.dumps(out, indent=2))

@@ -125,8 +125,13 @@ def encode(entry: Entry) -> bytes:
     for k, v in asdict(entry).items():
         if (v is None and k in _OPTIONAL) or (v == () and k in _OPTIONAL_EMPTY):
             continue
-        body[k] = v.value if isinstance(v, Enum) else [list(x) if isinstance(x, tuple) else x for x in v] \
-            if isinstance(v, tuple) else v
+        body[k] = (
+            v.value
+            if isinstance(v, Enum)
+            else [list(x) if isinstance(x, tuple) else x for x in v]
+            if isinstance(v, tuple)
+            else v
+        )
     return codec.seal(body)
 
 
@@ -218,7 +223,8 @@ def _build(cls: type, body: dict[str, Any]) -> Entry:
                 raise ValueError("owner must be a non-empty string")
             expired = body.get("expired", [])
             if not isinstance(expired, list) or not all(
-                    isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and x[0] for x in expired):
+                isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and x[0] for x in expired
+            ):
                 raise ValueError("expired must be a list of [owner, writer epoch] pairs")
             return Claim(
                 writer_epoch=_int(body, "writer_epoch", 1),

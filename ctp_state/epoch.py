@@ -94,13 +94,22 @@ class ClusterEpoch:
 
         def marker(nxt: int) -> tuple[str, bytes]:
             if nxt > validate.MAX_EPOCH:
-                raise InvalidEpoch(nxt, f"the cluster epoch is at its maximum {validate.MAX_EPOCH} "
-                                   "(L0 keys hold 18 digits); it cannot advance")
+                raise InvalidEpoch(
+                    nxt,
+                    f"the cluster epoch is at its maximum {validate.MAX_EPOCH} "
+                    "(L0 keys hold 18 digits); it cannot advance",
+                )
             return layout.epoch_marker(nxt), json.dumps({"epoch": nxt, "advance": token}).encode()
 
         # another advancer took nxt: try the one after (markers are dense, C only grows)
-        nxt = create_next(self.store, self.current() + 1, marker, after_loss=lambda n: n + 1,
-                          what="cluster epoch advance", attempts=MAX_ADVANCE_ATTEMPTS)
+        nxt = create_next(
+            self.store,
+            self.current() + 1,
+            marker,
+            after_loss=lambda n: n + 1,
+            what="cluster epoch advance",
+            attempts=MAX_ADVANCE_ATTEMPTS,
+        )
         self._write_hint(nxt)
         return nxt
 

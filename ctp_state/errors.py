@@ -58,8 +58,7 @@ class PartitionNotFound(CtpError):
     def __init__(self, topic: str, partition: int, partitions: int):
         self.topic, self.partition = topic, partition
         super().__init__(
-            f"partition {partition} of topic {topic!r} does not exist "
-            f"(the topic has partitions 0..{partitions - 1})"
+            f"partition {partition} of topic {topic!r} does not exist (the topic has partitions 0..{partitions - 1})"
         )
 
 
@@ -116,9 +115,7 @@ class UnsupportedVersion(CorruptData):
 
     def __init__(self, key: str, what: str, version: object, supported: tuple[int, ...]):
         self.version = version
-        super().__init__(
-            key, f"{what} version {version!r} is not supported (this ctp reads {list(supported)})"
-        )
+        super().__init__(key, f"{what} version {version!r} is not supported (this ctp reads {list(supported)})")
 
 
 class LogGap(CorruptData):
@@ -132,8 +129,9 @@ class EntryOutOfOrder(CtpError):
 
     def __init__(self, topic: str, partition: int, offset: int, applied: int):
         self.topic, self.partition, self.offset, self.applied = topic, partition, offset, applied
-        super().__init__(f"{topic}/{partition}: entry at offset {offset} applied after offset {applied} "
-                         f"(expected {applied + 1})")
+        super().__init__(
+            f"{topic}/{partition}: entry at offset {offset} applied after offset {applied} (expected {applied + 1})"
+        )
 
 
 # --- the state machine's verdicts ----------------------------------------------------
@@ -248,8 +246,7 @@ class ClaimHeld(Rejected):
         self.topic, self.partition = topic, partition
         self.owner, self.mode, self.lease_until_ms = owner, mode, lease_until_ms
         super().__init__(
-            f"{topic}/{partition}: a {mode} claim is held by {owner!r} until "
-            f"lease expiry at {lease_until_ms} ms"
+            f"{topic}/{partition}: a {mode} claim is held by {owner!r} until lease expiry at {lease_until_ms} ms"
         )
 
 
@@ -296,8 +293,10 @@ class StateUnreadable(CtpError):
         self.problems = list(problems)
         shown = "; ".join(f"{t}/{p}: {why}" for t, p, why in self.problems[:3])
         more = f"; and {len(self.problems) - 3} more" if len(self.problems) > 3 else ""
-        super().__init__(f"GC deleted nothing: the state of {len(self.problems)} partition(s) cannot be read: "
-                         f"{shown}{more} (run `ctp verify` for the whole picture)")
+        super().__init__(
+            f"GC deleted nothing: the state of {len(self.problems)} partition(s) cannot be read: "
+            f"{shown}{more} (run `ctp verify` for the whole picture)"
+        )
 
 
 class GateFailed(CtpError):
@@ -309,5 +308,7 @@ class GateFailed(CtpError):
 
     def __init__(self, failures: list[str], statistics: dict[str, Any] | None = None, docs: str | None = None):
         self.failures, self.statistics, self.docs = list(failures), dict(statistics or {}), docs
-        shown = "; ".join(self.failures[:3]) + (f"; and {len(self.failures) - 3} more" if len(self.failures) > 3 else "")
+        shown = "; ".join(self.failures[:3]) + (
+            f"; and {len(self.failures) - 3} more" if len(self.failures) > 3 else ""
+        )
         super().__init__(f"GC gate failed, nothing deleted: {shown}")

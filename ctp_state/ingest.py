@@ -71,10 +71,16 @@ class ProduceReport:
             stopped.add((v.topic, v.partition))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"producer_id": self.producer_id, "accepted": self.accepted, "duplicates": self.duplicates,
-                "rejected": self.rejected, "unknown": self.unknown, "not_sent": self.not_sent,
-                "rejected_by_reason": dict(self.rejected_by_reason),
-                "completed_before": self.completed_before}
+        return {
+            "producer_id": self.producer_id,
+            "accepted": self.accepted,
+            "duplicates": self.duplicates,
+            "rejected": self.rejected,
+            "unknown": self.unknown,
+            "not_sent": self.not_sent,
+            "rejected_by_reason": dict(self.rejected_by_reason),
+            "completed_before": self.completed_before,
+        }
 
 
 def input_digest(data: bytes) -> str:
@@ -88,16 +94,23 @@ def input_producer_id(digest: str, name: str | None = None) -> str:
     if name is None:
         return "file-" + digest[:32]
     if len(name) > 111:
-        raise ConfigError(f"--producer-id {name[:20]!r}... is {len(name)} characters, at most 111 allowed "
-                          "(ctp adds 17 for the input's digest)")
+        raise ConfigError(
+            f"--producer-id {name[:20]!r}... is {len(name)} characters, at most 111 allowed "
+            "(ctp adds 17 for the input's digest)"
+        )
     try:
         return layout.check_producer_id(f"{name}.{digest[:16]}")
     except ValueError:
         raise ConfigError(f"--producer-id {name!r} may only hold letters, digits, '.', '_' and '-'") from None
 
 
-def send_batches(producer: Producer, batches: Iterable[Chunks], report: ProduceReport, total: int,
-                 on_progress: Callable[[int], None] = lambda n: None) -> None:
+def send_batches(
+    producer: Producer,
+    batches: Iterable[Chunks],
+    report: ProduceReport,
+    total: int,
+    on_progress: Callable[[int], None] = lambda n: None,
+) -> None:
     """Send ``batches`` (``total`` records in all) in order; after a batch of a
     partition is not accepted, hold back the rest of that partition (not sent). If a
     flush fails before writing anything, its records are rejected and every record
@@ -121,9 +134,15 @@ def send_batches(producer: Producer, batches: Iterable[Chunks], report: ProduceR
         on_progress(size)
 
 
-def produce_input(store: ObjectStore, records: Sequence[tuple[str, int, Record]], *, producer_id: str,
-                  digest: str, batch_records: int = 5000,
-                  on_progress: Callable[[int], None] = lambda n: None) -> ProduceReport:
+def produce_input(
+    store: ObjectStore,
+    records: Sequence[tuple[str, int, Record]],
+    *,
+    producer_id: str,
+    digest: str,
+    batch_records: int = 5000,
+    on_progress: Callable[[int], None] = lambda n: None,
+) -> ProduceReport:
     """Produce ``records`` (in input order; ``digest`` the input's SHA-256) so that
     doing it again never duplicates."""
     report = ProduceReport(producer_id)
@@ -146,8 +165,9 @@ def produce_input(store: ObjectStore, records: Sequence[tuple[str, int, Record]]
     per_partition: dict[tuple[str, int], int] = defaultdict(int)
     with Producer(store, producer_id=producer_id) as producer:
         # Each partition says how many of this id's records it holds: skip those.
-        resumed: dict[tuple[str, int], int] = {tp: producer.writer(*tp).resume()
-                                               for tp in sorted({(t, p) for t, p, _ in records})}
+        resumed: dict[tuple[str, int], int] = {
+            tp: producer.writer(*tp).resume() for tp in sorted({(t, p) for t, p, _ in records})
+        }
         todo: list[tuple[str, int, Record]] = []
         for t, p, rec in records:
             if per_partition[(t, p)] < resumed[(t, p)]:
@@ -160,19 +180,26 @@ def produce_input(store: ObjectStore, records: Sequence[tuple[str, int, Record]]
         def batches() -> Iterable[Chunks]:
             for start in range(0, len(todo), batch_records):
                 chunks: dict[tuple[str, int], list[Record]] = defaultdict(list)
-                for t, p, rec in todo[start:start + batch_records]:
+                for t, p, rec in todo[start : start + batch_records]:
                     chunks[(t, p)].append(rec)
                 yield sorted(chunks.items())
 
         send_batches(producer, batches(), report, len(todo), on_progress)
     accounted = report.accepted + report.duplicates + report.rejected + report.unknown + report.not_sent
     if accounted != len(records):  # I4: every record has an outcome; a gap is a bug, say so loudly
-        raise CtpError(f"produce accounted for {accounted} of {len(records)} records (a bug: please report it); "
-                       "no completion marker written, run the same command again")
+        raise CtpError(
+            f"produce accounted for {accounted} of {len(records)} records (a bug: please report it); "
+            "no completion marker written, run the same command again"
+        )
     if report.complete:
-        body = {"v": 1, "producer_id": producer_id, "digest": digest, "records": len(records),
-                "completed_ms": int(time.time() * 1000),
-                "partitions": {f"{t}/{p}": n for (t, p), n in sorted(per_partition.items())}}
+        body = {
+            "v": 1,
+            "producer_id": producer_id,
+            "digest": digest,
+            "records": len(records),
+            "completed_ms": int(time.time() * 1000),
+            "partitions": {f"{t}/{p}": n for (t, p), n in sorted(per_partition.items())},
+        }
         try:
             store.put_if_absent(marker, codec.seal(body))
         except KeyExists:

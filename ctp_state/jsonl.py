@@ -54,8 +54,7 @@ def _b64(v: str) -> bytes:
 
 def _headers(obj: dict[str, Any], where: str) -> tuple[tuple[str, bytes], ...]:
     out: list[tuple[str, bytes]] = []
-    for field, decode in (("headers", lambda v: validate.text(v, what="a header value")),
-                          ("headers_b64", _b64)):
+    for field, decode in (("headers", lambda v: validate.text(v, what="a header value")), ("headers_b64", _b64)):
         raw = obj.get(field)
         if raw is None:
             continue

@@ -72,8 +72,9 @@ def read_chunk(store: ObjectStore, chunk: Pending) -> pa.RecordBatch:
 
 def decode_checked(chunk: Pending, data: bytes) -> pa.RecordBatch:
     if len(data) != chunk.byte_length:
-        raise CorruptData(chunk.l0_key, f"chunk at byte {chunk.byte_offset} is truncated: "
-                          f"{len(data)} of {chunk.byte_length} bytes")
+        raise CorruptData(
+            chunk.l0_key, f"chunk at byte {chunk.byte_offset} is truncated: {len(data)} of {chunk.byte_length} bytes"
+        )
     return l0.decode_chunk(data, chunk.l0_key, expected_crc=chunk.crc32c, expected_records=chunk.record_count)
 
 
@@ -87,7 +88,9 @@ def to_l1_table(batches: Sequence[tuple[int, pa.RecordBatch]]) -> pa.Table:
                 [
                     # from_buffers, not pa.array(ndarray): the latter makes pyarrow import
                     # pandas (~1 s in every fresh Spark worker; see the benchmark profile)
-                    pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(base, base + n, dtype=np.int64))]),
+                    pa.Array.from_buffers(
+                        pa.int64(), n, [None, pa.py_buffer(np.arange(base, base + n, dtype=np.int64))]
+                    ),
                     # a zero-copy reinterpretation (int64 ms -> timestamp[ms]); a cast
                     # would load compute kernels, ~0.5 s in every fresh Spark worker
                     batch.column("timestamp").view(pa.timestamp("ms", tz="UTC")),
@@ -135,10 +138,19 @@ def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> d
     t3 = time.perf_counter()
     store.put(f.key, data)
     t4 = time.perf_counter()
-    return {"key": f.key, "records": table.num_rows, "l0_bytes": f.l0_bytes, "l1_bytes": len(data),
-            "l1_crc32c": l0.crc32c(data),
-            "read_s": t1 - t0, "decode_s": t2 - t1, "encode_s": t3 - t2, "write_s": t4 - t3,
-            "wall_s": t4 - t0, "cpu_s": time.process_time() - cpu0}
+    return {
+        "key": f.key,
+        "records": table.num_rows,
+        "l0_bytes": f.l0_bytes,
+        "l1_bytes": len(data),
+        "l1_crc32c": l0.crc32c(data),
+        "read_s": t1 - t0,
+        "decode_s": t2 - t1,
+        "encode_s": t3 - t2,
+        "write_s": t4 - t3,
+        "wall_s": t4 - t0,
+        "cpu_s": time.process_time() - cpu0,
+    }
 
 
 def read_l1(store: ObjectStore, key: str, crc32c: int | None = None) -> pa.Table:

@@ -195,9 +195,13 @@ class PartitionLog:
             entry = make_entry(st)
             if st.initialized == isinstance(entry, Init):
                 raise InvalidTransition(
-                    self.topic, self.partition,
+                    self.topic,
+                    self.partition,
                     "partition is not initialized (its topic creation is unfinished: run `ctp topic create` "
-                    "again); nothing was written" if not st.initialized else "the log already has its init entry")
+                    "again); nothing was written"
+                    if not st.initialized
+                    else "the log already has its init entry",
+                )
             built[offset] = entry
             return self.key(offset), en.encode(entry)
 
@@ -205,9 +209,15 @@ class PartitionLog:
             current["state"] = self.catch_up(current["state"])  # the entry that won, and any after it
             return current["state"].applied_offset + 1
 
-        offset = create_next(self.store, state.applied_offset + 1, build, after_loss=after_loss,
-                             what=f"append to {self.topic}/{self.partition}", attempts=self.max_attempts,
-                             create=lambda n, key, data: self._create(key, data, n))
+        offset = create_next(
+            self.store,
+            state.applied_offset + 1,
+            build,
+            after_loss=after_loss,
+            what=f"append to {self.topic}/{self.partition}",
+            attempts=self.max_attempts,
+            create=lambda n, key, data: self._create(key, data, n),
+        )
         outcome = sm.apply(current["state"], offset, built[offset])
         self._maybe_snapshot(outcome.state)
         return Appended(offset, outcome)
@@ -217,8 +227,14 @@ class PartitionLog:
         another writer's entry is there. Raises :class:`OutcomeUnknown` when the store
         keeps failing."""
         try:
-            return create_once(self.store, key, data, attempts=self.resolve_attempts,
-                               backoff_s=self.resolve_backoff_s, sleep=self._sleep)
+            return create_once(
+                self.store,
+                key,
+                data,
+                attempts=self.resolve_attempts,
+                backoff_s=self.resolve_backoff_s,
+                sleep=self._sleep,
+            )
         except CreateOutcomeUnknown as e:
             raise OutcomeUnknown(self.topic, self.partition, offset, e.cause) from None
 
@@ -252,8 +268,9 @@ class PartitionLog:
             if others:
                 h = others[0]
                 raise ClaimHeld(self.topic, self.partition, h.owner, h.mode.value, h.lease_until_ms)
-            return Claim(s.writer_epoch + 1, owner, mode, now + lease_ms, now,
-                         tuple((h.owner, h.writer_epoch) for h in lapsed))
+            return Claim(
+                s.writer_epoch + 1, owner, mode, now + lease_ms, now, tuple((h.owner, h.writer_epoch) for h in lapsed)
+            )
 
         while True:
             try:

@@ -97,8 +97,10 @@ class PartitionWriter:
         may have slid meanwhile."""
         with self._state_lock:
             cur = self._state
-            if cur is not None and cur.max_seen_epoch is not None and (
-                new.max_seen_epoch is None or cur.max_seen_epoch > new.max_seen_epoch
+            if (
+                cur is not None
+                and cur.max_seen_epoch is not None
+                and (new.max_seen_epoch is None or cur.max_seen_epoch > new.max_seen_epoch)
             ):
                 new = replace(new, max_seen_epoch=cur.max_seen_epoch, oldest_accepted_epoch=cur.oldest_accepted_epoch)
             self._state = new
@@ -230,7 +232,8 @@ class Producer:
             w = self._writers.get((topic, partition))
             if w is None:
                 w = self._writers[(topic, partition)] = PartitionWriter(
-                    PartitionLog(self.store, topic, partition), producer_id=self.producer_id)
+                    PartitionLog(self.store, topic, partition), producer_id=self.producer_id
+                )
             return w
 
     def send(self, topic: str, partition: int, record: Record) -> None:
@@ -271,8 +274,16 @@ class Producer:
 
     def _append(self, key: str, epoch: int, ref: ChunkRef) -> Verdict:
         w = self.writer(ref.topic, ref.partition)
-        ph = Placeholder(epoch, key, ref.byte_offset, ref.byte_length, ref.record_count, ref.crc32c, w.writer_epoch,
-                         fingerprint=ref.fingerprint if w.producer_id is not None else None)
+        ph = Placeholder(
+            epoch,
+            key,
+            ref.byte_offset,
+            ref.byte_length,
+            ref.record_count,
+            ref.crc32c,
+            w.writer_epoch,
+            fingerprint=ref.fingerprint if w.producer_id is not None else None,
+        )
         try:
             _, outcome = w.append_placeholder(ph)
         except Rejected as e:  # the in-process fence refused it, or the log has no init: nothing written
@@ -286,8 +297,14 @@ class Producer:
             return Verdict(ref.topic, ref.partition, ref.record_count, key, error=err)
         if outcome.rejected is not None:
             return Verdict(ref.topic, ref.partition, ref.record_count, key, error=outcome.rejected)
-        return Verdict(ref.topic, ref.partition, ref.record_count, key, base_offset=outcome.base_offset,
-                       duplicate=outcome.duplicate)
+        return Verdict(
+            ref.topic,
+            ref.partition,
+            ref.record_count,
+            key,
+            base_offset=outcome.base_offset,
+            duplicate=outcome.duplicate,
+        )
 
 
 def write_with_retry(

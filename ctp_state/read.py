@@ -26,8 +26,9 @@ def committed_l1_keys(log: PartitionLog) -> tuple[list[str], sm.PartitionState]:
     return state.committed_l1_keys(), state
 
 
-def read_partition(store: ObjectStore, topic: str, partition: int, from_offset: int = 0,
-                   limit: int | None = None) -> pa.Table:
+def read_partition(
+    store: ObjectStore, topic: str, partition: int, from_offset: int = 0, limit: int | None = None
+) -> pa.Table:
     """Records of ``topic``/``partition`` with offset >= ``from_offset``, in offset order,
     in the L1 schema."""
     get_topic(store, topic).check_partition(partition)

@@ -99,22 +99,29 @@ class _Reports:
 
     def observe(self, s: sm.PartitionState) -> None:
         """The partition's state after what this run did to it."""
-        self.set((s.topic, s.partition), m_after=s.m, lag_entries_left=s.lag_entries, lag_bytes_left=s.lag_bytes,
-                 state=facts(s))
+        self.set(
+            (s.topic, s.partition),
+            m_after=s.m,
+            lag_entries_left=s.lag_entries,
+            lag_bytes_left=s.lag_bytes,
+            state=facts(s),
+        )
 
     def all(self) -> tuple[PartitionReport, ...]:
         return tuple(r for _, r in sorted(self._by.items()))
 
 
-def build_files_locally(store: ObjectStore, files: Sequence[L1File], *, threads: int = 4,
-                        compression: str = "zstd") -> list[dict[str, Any]]:
+def build_files_locally(
+    store: ObjectStore, files: Sequence[L1File], *, threads: int = 4, compression: str = "zstd"
+) -> list[dict[str, Any]]:
     """``map_files`` without Spark: threads in this process."""
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         return list(pool.map(lambda job: build_one(store, job[0], job[1], compression), enumerate(files)))
 
 
-def build_one(store: ObjectStore, index: int, f: L1File, compression: str = "zstd",
-              profile_dir: str | None = None) -> dict[str, Any]:
+def build_one(
+    store: ObjectStore, index: int, f: L1File, compression: str = "zstd", profile_dir: str | None = None
+) -> dict[str, Any]:
     """Build one L1 file; a data error becomes a result, not an exception, so one bad
     partition does not fail the others. With ``profile_dir``, a cProfile of the build
     is written there."""
@@ -156,8 +163,9 @@ def run_reconcile(
         reports.start(s.topic, s.partition, m_before=s.m)
         reports.observe(s)
         if not s.initialized:
-            reports.set((s.topic, s.partition), status="error",
-                        reason="partition has no init entry (finish `ctp topic create`)")
+            reports.set(
+                (s.topic, s.partition), status="error", reason="partition has no init entry (finish `ctp topic create`)"
+            )
     for t, p, why in unreadable:  # the others are reconciled; this one is reported
         reports.start(t, p, status="error", reason=f"state cannot be read: {why}")
     todo = [s for s in states if needs_work(s, c, config.idle_lag)]
@@ -208,16 +216,24 @@ def _release_if_held(log: PartitionLog, owner: str) -> None:
         pass  # the lease runs out by itself
 
 
-def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, owner: str,
-                      claimed: list[tuple[PartitionLog, sm.PartitionState]],
-                      reports: _Reports, released: set[tuple[str, int]],
-                      map_files: Callable[[list[L1File]], list[dict[str, Any]]],
-                      on_progress: Callable[[str, int, int], None]) -> None:
+def _build_and_commit(
+    store: ObjectStore,
+    c: int,
+    config: ReconcileSettings,
+    owner: str,
+    claimed: list[tuple[PartitionLog, sm.PartitionState]],
+    reports: _Reports,
+    released: set[tuple[str, int]],
+    map_files: Callable[[list[L1File]], list[dict[str, Any]]],
+    on_progress: Callable[[str, int, int], None],
+) -> None:
     crashpoints.reached("after_claim")
 
     # 3-4. plan and build
-    plans = {(st.topic, st.partition): plan_files(st, config.target_file_bytes, config.max_bytes_per_partition)
-             for _, st in claimed}
+    plans = {
+        (st.topic, st.partition): plan_files(st, config.target_file_bytes, config.max_bytes_per_partition)
+        for _, st in claimed
+    }
     files = [f for fs in plans.values() for f in fs]
     on_progress("build", 0, len(files))
     results = map_files(files) if files else []
@@ -246,17 +262,21 @@ def _build_and_commit(store: ObjectStore, c: int, config: ReconcileSettings, own
                 crcs = tuple(by_key[f.key]["l1_crc32c"] for f in fs)
 
                 def entry(fresh: sm.PartitionState) -> Reconcile:
-                    return Reconcile(through, last, keys, sm.allowed_lower_bound(fresh, through), writer_epoch,
-                                     crcs)
+                    return Reconcile(through, last, keys, sm.allowed_lower_bound(fresh, through), writer_epoch, crcs)
 
                 out = log.append(st, entry).outcome
                 if out.rejected is not None:
                     reports.set(tp, status=_verdict_status(out.rejected), reason=str(out.rejected))
                     return
                 st = out.state
-                reports.set(tp, status="reconciled", records=sum(f.records for f in fs),
-                            l0_bytes=sum(f.l0_bytes for f in fs),
-                            l1_bytes=sum(by_key[f.key]["l1_bytes"] for f in fs), l1_files=keys)
+                reports.set(
+                    tp,
+                    status="reconciled",
+                    records=sum(f.records for f in fs),
+                    l0_bytes=sum(f.l0_bytes for f in fs),
+                    l1_bytes=sum(by_key[f.key]["l1_bytes"] for f in fs),
+                    l1_files=keys,
+                )
                 crashpoints.reached("after_commit", index)
             assert st.min_epoch_lower_bound is not None and st.max_applied_epoch is not None  # claimed: initialized
             if not st.pending and c - st.min_epoch_lower_bound >= config.idle_lag and c >= st.max_applied_epoch:
@@ -299,9 +319,9 @@ def _pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:
         return list(pool.map(fn, items))
 
 
-def _summarize(run_id: str, started_ms: int, c: int, config: ReconcileSettings,
-               reports: _Reports) -> ReconcileSummary:
+def _summarize(run_id: str, started_ms: int, c: int, config: ReconcileSettings, reports: _Reports) -> ReconcileSummary:
     parts = reports.all()
+
     def count(status: str) -> int:
         return sum(1 for p in parts if p.status == status)
 

@@ -38,8 +38,15 @@ class CreateOutcomeUnknown(StoreError):
         super().__init__(f"the outcome of creating {key!r} is unknown: {cause}")
 
 
-def create_once(store: ObjectStore, key: str, data: bytes, *, attempts: int = 6, backoff_s: float = 0.1,
-                sleep: Callable[[float], None] = time.sleep) -> bool:
+def create_once(
+    store: ObjectStore,
+    key: str,
+    data: bytes,
+    *,
+    attempts: int = 6,
+    backoff_s: float = 0.1,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
     """Create ``key`` holding ``data``. True when the key holds these bytes afterwards
     (including a create whose response was lost and that was sent again), False when
     it holds another writer's bytes. Raises :class:`CreateOutcomeUnknown` when the store
@@ -64,9 +71,16 @@ def create_once(store: ObjectStore, key: str, data: bytes, *, attempts: int = 6,
     raise CreateOutcomeUnknown(key, cause or "the store kept failing")
 
 
-def create_next(store: ObjectStore, first: int, make: Callable[[int], tuple[str, bytes]], *,
-                after_loss: Callable[[int], int], what: str, attempts: int,
-                create: Callable[[int, str, bytes], bool] | None = None) -> int:
+def create_next(
+    store: ObjectStore,
+    first: int,
+    make: Callable[[int], tuple[str, bytes]],
+    *,
+    after_loss: Callable[[int], int],
+    what: str,
+    attempts: int,
+    create: Callable[[int, str, bytes], bool] | None = None,
+) -> int:
     """The one create-if-absent loop behind every dense sequence ctp keeps (state-log
     entries, cluster-epoch markers, GC history records, reconcile summaries).
 
@@ -122,7 +136,7 @@ class DenseSequence(Generic[R]):
             hint = -1  # a hint no record vouches for is not believed
         last = hint
         for info in self.store.list(self.prefix, start_after=self.key(hint) if hint >= 0 else None):
-            seq = layout.parse_sequence_name(info.key[len(self.prefix):])
+            seq = layout.parse_sequence_name(info.key[len(self.prefix) :])
             if seq is not None:
                 last = max(last, seq)
         return last
@@ -131,8 +145,7 @@ class DenseSequence(Generic[R]):
         key = self.key(seq)
         return self.decode(self.store.get(key), key)
 
-    def tail(self, n: int, last: int | None = None, *,
-             unreadable: list[tuple[int, str]] | None = None) -> list[R]:
+    def tail(self, n: int, last: int | None = None, *, unreadable: list[tuple[int, str]] | None = None) -> list[R]:
         """The newest ``n`` records, oldest first (a seq lost to a crashed appender is
         skipped; it is never reused). With ``unreadable``, a record that does not read
         is skipped and reported there as ``(seq, why)`` instead of raising."""
@@ -163,8 +176,14 @@ class DenseSequence(Generic[R]):
             made[seq] = msgspec.structs.replace(make(seq), seq=seq, v=self.kind.VERSION)
             return self.key(seq), codec.seal(records.encode(made[seq]))
 
-        seq = create_next(self.store, self.last() + 1, build, after_loss=lambda _n: self.last() + 1,
-                          what=f"appending to {self.prefix}", attempts=attempts)
+        seq = create_next(
+            self.store,
+            self.last() + 1,
+            build,
+            after_loss=lambda _n: self.last() + 1,
+            what=f"appending to {self.prefix}",
+            attempts=attempts,
+        )
         try:
             self.store.put(self.hint_key, str(seq).encode())
         except (StoreError, OSError) as e:  # a hint: the next reader lists a little more

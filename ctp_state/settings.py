@@ -66,7 +66,9 @@ def options(cls: type[Any], only: Sequence[str] | None = None) -> list[Option]:
         k = f.metadata.get("knob")
         if k is None:
             continue
-        default = None if f.default is None or f.default is MISSING else f.default / k.unit if k.unit != 1 else f.default
+        default = (
+            None if f.default is None or f.default is MISSING else f.default / k.unit if k.unit != 1 else f.default
+        )
         if k.kind is int and default is not None:
             default = int(default)
         integral = str(f.type).split(" ")[0] == "int"
@@ -143,15 +145,23 @@ class ReconcileSettings:
     """One reconcile run (``ctp reconcile``, ``spark_apps/reconcile.py``, the DAG)."""
 
     target_file_bytes: int = knob(128 * MiB, "target-file-mb", "Target L1 file size (MiB).", unit=MiB, above=0)
-    max_bytes_per_partition: int | None = knob(None, "max-mb-per-partition",
-                                               "Cap per partition per run (MiB); empty: everything pending.",
-                                               unit=MiB, above=0)
-    idle_lag: int = knob(2, "idle-lag", "Advance idle partitions whose lower bound is this many epochs behind C (R6).",
-                         kind=int, minimum=1)
+    max_bytes_per_partition: int | None = knob(
+        None, "max-mb-per-partition", "Cap per partition per run (MiB); empty: everything pending.", unit=MiB, above=0
+    )
+    idle_lag: int = knob(
+        2,
+        "idle-lag",
+        "Advance idle partitions whose lower bound is this many epochs behind C (R6).",
+        kind=int,
+        minimum=1,
+    )
     lease_ms: int = knob(15 * 60 * 1000, "lease-seconds", "Claim lease (seconds).", unit=1000, above=0)
-    claim_wait_s: float = knob(0.0, "claim-wait-seconds",
-                               "Wait this long for claims other reconcilers hold (0: skip those partitions).",
-                               minimum=0)
+    claim_wait_s: float = knob(
+        0.0,
+        "claim-wait-seconds",
+        "Wait this long for claims other reconcilers hold (0: skip those partitions).",
+        minimum=0,
+    )
     compression: str = knob("zstd", "compression", "L1 Parquet compression.", kind=str, choices=COMPRESSIONS)
     threads: int = 16  # driver-side claim/commit concurrency
     profile_dir: str | None = None  # write a cProfile of each L1 build here (benchmarks/bench_reconcile.py --profile)
@@ -166,17 +176,29 @@ class GcSettings:
 
     dry_run: bool = knob(False, "dry-run", "Compute M and what would be deleted; delete nothing.", kind=bool)
     grace_s: float = knob(0.0, "grace-seconds", "Leave L0 objects younger than this for the next run.", minimum=0)
-    l1_grace_s: float = knob(3600.0, "l1-grace-seconds",
-                             "Leave uncommitted L1 files younger than this (a reconciler may be writing them).",
-                             minimum=0)
-    max_deletes: int | None = knob(None, "max-deletes", "Delete at most this many L0 objects (lowest epochs first).",
-                                   kind=int, minimum=0)
+    l1_grace_s: float = knob(
+        3600.0,
+        "l1-grace-seconds",
+        "Leave uncommitted L1 files younger than this (a reconciler may be writing them).",
+        minimum=0,
+    )
+    max_deletes: int | None = knob(
+        None, "max-deletes", "Delete at most this many L0 objects (lowest epochs first).", kind=int, minimum=0
+    )
     in_flight: int = knob(4, "in-flight", "DeleteObjects batches in flight.", kind=int, minimum=1)
-    l1_full_sweep_s: float = knob(86400.0, "l1-full-sweep-hours",
-                                  "List every L1 file (not only new ones) once this long after the last full sweep.",
-                                  unit=3600, minimum=0)
-    tmp_grace_s: float = knob(3600.0, "tmp-grace-seconds",
-                              "File store: delete temporary files of killed writes once older than this.", minimum=0)
+    l1_full_sweep_s: float = knob(
+        86400.0,
+        "l1-full-sweep-hours",
+        "List every L1 file (not only new ones) once this long after the last full sweep.",
+        unit=3600,
+        minimum=0,
+    )
+    tmp_grace_s: float = knob(
+        3600.0,
+        "tmp-grace-seconds",
+        "File store: delete temporary files of killed writes once older than this.",
+        minimum=0,
+    )
     list_threads: int = 8
     read_threads: int = 32  # partitions whose state is read at once
     history_tail: int = 50

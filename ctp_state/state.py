@@ -314,8 +314,11 @@ def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[
     except CorruptData:
         key_epoch = None
     if key_epoch != e.epoch:
-        raise InvalidTransition(s.topic, s.partition, f"placeholder for epoch {e.epoch} points at {e.l0_key!r}, "
-                                "which is not an L0 key of that epoch")
+        raise InvalidTransition(
+            s.topic,
+            s.partition,
+            f"placeholder for epoch {e.epoch} points at {e.l0_key!r}, which is not an L0 key of that epoch",
+        )
     known = _producer(s, e.producer_id)
     if known is not None:
         dup = _duplicate_of(s, known, e)
@@ -326,7 +329,10 @@ def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[
     # R2: deterministic, independent of any in-process fence.
     if e.epoch < s.previous_applied_epoch:  # type: ignore[operator]
         raise StaleClusterEpoch(
-            s.topic, s.partition, e.epoch, (s.previous_applied_epoch, s.max_applied_epoch)  # type: ignore[arg-type]
+            s.topic,
+            s.partition,
+            e.epoch,
+            (s.previous_applied_epoch, s.max_applied_epoch),  # type: ignore[arg-type]
         )
     if known is not None and e.sequence != known.last_seq + 1:
         raise OutOfOrderSequence(s.topic, s.partition, known.producer_id, e.sequence, known.last_seq + 1)  # type: ignore[arg-type]
@@ -416,8 +422,7 @@ def _apply_reconcile(s: PartitionState, offset: int, e: Reconcile) -> PartitionS
         raise InvalidTransition(
             s.topic,
             s.partition,
-            f"reconcile claims records through offset {e.last_record_offset}, "
-            f"the log has them through {expected_last}",
+            f"reconcile claims records through offset {e.last_record_offset}, the log has them through {expected_last}",
         )
     ends = _l1_ends_of(s, e)
     allowed = allowed_lower_bound(s, e.through_log_offset)
@@ -450,13 +455,19 @@ def _l1_ends_of(s: PartitionState, e: Reconcile) -> tuple[int, ...]:
         except CorruptData:
             topic, partition, lo, hi = "", -1, -1, -1
         if (topic, partition, lo) != (s.topic, s.partition, first):
-            raise InvalidTransition(s.topic, s.partition, f"reconcile names L1 file {key!r}, expected one of "
-                                    f"{s.topic}/{s.partition} starting at offset {first}")
+            raise InvalidTransition(
+                s.topic,
+                s.partition,
+                f"reconcile names L1 file {key!r}, expected one of {s.topic}/{s.partition} starting at offset {first}",
+            )
         ends.append(hi)
         first = hi + 1
     if first - 1 != e.last_record_offset:
-        raise InvalidTransition(s.topic, s.partition, f"reconcile's L1 files end at offset {first - 1}, "
-                                f"it claims records through {e.last_record_offset}")
+        raise InvalidTransition(
+            s.topic,
+            s.partition,
+            f"reconcile's L1 files end at offset {first - 1}, it claims records through {e.last_record_offset}",
+        )
     return tuple(ends)
 
 
@@ -495,14 +506,20 @@ def _apply_claim(s: PartitionState, offset: int, e: Claim) -> PartitionState:
         )
     exclusive = e.mode is not AccessMode.SHARED
     lapsed = set(e.expired)  # holders the claimer found lapsed by the store's clock
-    others = tuple(h for h in live_holders(s, e.now_ms)
-                   if h.owner != e.owner and (h.owner, h.writer_epoch) not in lapsed)
+    others = tuple(
+        h for h in live_holders(s, e.now_ms) if h.owner != e.owner and (h.owner, h.writer_epoch) not in lapsed
+    )
     blocking = others if exclusive else tuple(h for h in others if h.mode is not AccessMode.SHARED)
     if blocking:
         h = blocking[0]
         raise ClaimHeld(s.topic, s.partition, h.owner, h.mode.value, h.lease_until_ms)
-    holder = Holder(e.owner, AccessMode.EXCLUSIVE if exclusive else AccessMode.SHARED, e.writer_epoch,
-                    e.lease_until_ms, max(0, e.lease_until_ms - e.now_ms))
+    holder = Holder(
+        e.owner,
+        AccessMode.EXCLUSIVE if exclusive else AccessMode.SHARED,
+        e.writer_epoch,
+        e.lease_until_ms,
+        max(0, e.lease_until_ms - e.now_ms),
+    )
     starts = (s.writer_epoch_starts + ((e.writer_epoch, offset),))[-WRITER_EPOCH_HISTORY:]
     return replace(
         s,
@@ -528,9 +545,7 @@ def end_offset_of_writer_epoch(s: PartitionState, writer_epoch: int) -> int:
     if writer_epoch > s.writer_epoch:
         raise UnknownWriterEpoch(s.topic, s.partition, writer_epoch, s.writer_epoch)
     if s.writer_epoch_starts and writer_epoch < s.writer_epoch_starts[0][0] - 1:
-        raise InvalidTransition(
-            s.topic, s.partition, f"writer epoch {writer_epoch} is older than the retained history"
-        )
+        raise InvalidTransition(s.topic, s.partition, f"writer epoch {writer_epoch} is older than the retained history")
     for we, start in s.writer_epoch_starts:
         if we > writer_epoch:
             return start
@@ -589,9 +604,15 @@ def encode_snapshot(s: PartitionState) -> bytes:
         ],
         "l1_ends": list(s.l1_ends),
         "l1_crcs": list(s.l1_crcs),
-        "producers": [[p.producer_id, p.last_seq, p.last_epoch,
-                       [[b.first_seq, b.record_count, b.base_offset, b.fingerprint] for b in p.batches]]
-                      for p in s.producers],
+        "producers": [
+            [
+                p.producer_id,
+                p.last_seq,
+                p.last_epoch,
+                [[b.first_seq, b.record_count, b.base_offset, b.fingerprint] for b in p.batches],
+            ]
+            for p in s.producers
+        ],
     }
     return codec.seal(body)
 
@@ -609,9 +630,11 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
     if b.get("v") not in SUPPORTED_SNAPSHOT_VERSIONS:
         raise UnsupportedVersion(key, "snapshot", b.get("v"), SUPPORTED_SNAPSHOT_VERSIONS)
     try:
+
         def opt(name: str) -> int | None:
-            return None if b[name] is None else validate.int64(b[name], what=name, minimum=1,
-                                                                maximum=validate.MAX_EPOCH)
+            return (
+                None if b[name] is None else validate.int64(b[name], what=name, minimum=1, maximum=validate.MAX_EPOCH)
+            )
 
         def num(name: str, lo: int = -1) -> int:
             return validate.int64(b[name], what=name, minimum=lo)
@@ -632,23 +655,49 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
             next_offset=num("next_offset", 0),
             writer_epoch=num("writer_epoch", 0),
             fence_floor=num("fence_floor", 0),
-            holders=tuple(Holder(_str(o, "holder owner"), AccessMode(m), i64(we, "holder writer epoch", 1),
-                                 i64(lu, "lease"), i64(ln, "lease length")) for o, m, we, lu, ln in b["holders"]),
-            writer_epoch_starts=tuple((i64(we, "writer epoch", 1), i64(off, "writer epoch start"))
-                                      for we, off in b["writer_epoch_starts"]),
+            holders=tuple(
+                Holder(
+                    _str(o, "holder owner"),
+                    AccessMode(m),
+                    i64(we, "holder writer epoch", 1),
+                    i64(lu, "lease"),
+                    i64(ln, "lease length"),
+                )
+                for o, m, we, lu, ln in b["holders"]
+            ),
+            writer_epoch_starts=tuple(
+                (i64(we, "writer epoch", 1), i64(off, "writer epoch start")) for we, off in b["writer_epoch_starts"]
+            ),
             pending=tuple(
-                Pending(i64(a, "pending log offset"), i64(e, "pending epoch", 1), _str(k, "pending L0 key"),
-                        i64(bo, "byte offset"), i64(bl, "byte length", 1), i64(rc, "record count", 1),
-                        i64(c, "chunk crc32c"), i64(base, "base offset"))
+                Pending(
+                    i64(a, "pending log offset"),
+                    i64(e, "pending epoch", 1),
+                    _str(k, "pending L0 key"),
+                    i64(bo, "byte offset"),
+                    i64(bl, "byte length", 1),
+                    i64(rc, "record count", 1),
+                    i64(c, "chunk crc32c"),
+                    i64(base, "base offset"),
+                )
                 for a, e, k, bo, bl, rc, c, base in b["pending"]
             ),
             l1_ends=tuple(i64(x, "L1 file end") for x in b["l1_ends"]),
             l1_crcs=tuple(None if x is None else i64(x, "L1 file CRC32C") for x in b["l1_crcs"]),
             producers=tuple(
-                ProducerSeq(_str(pid, "producer id"), i64(last, "producer sequence"),
-                            tuple(ProducerBatch(i64(f, "batch sequence"), i64(n, "batch records", 1),
-                                                i64(base, "batch offset"), i64(c, "batch fingerprint"))
-                                  for f, n, base, c in batches), i64(epoch, "producer epoch", 1))
+                ProducerSeq(
+                    _str(pid, "producer id"),
+                    i64(last, "producer sequence"),
+                    tuple(
+                        ProducerBatch(
+                            i64(f, "batch sequence"),
+                            i64(n, "batch records", 1),
+                            i64(base, "batch offset"),
+                            i64(c, "batch fingerprint"),
+                        )
+                        for f, n, base, c in batches
+                    ),
+                    i64(epoch, "producer epoch", 1),
+                )
                 for pid, last, epoch, batches in b["producers"]
             ),
         )
@@ -675,8 +724,14 @@ def inconsistencies(s: PartitionState) -> list[str]:
     """
     out: list[str] = []
     if not s.initialized:
-        if (s.previous_applied_epoch, s.min_epoch_lower_bound) != (None, None) or s.pending or s.l1_ends \
-                or s.producers or s.next_offset or s.last_reconciled_offset != -1:
+        if (
+            (s.previous_applied_epoch, s.min_epoch_lower_bound) != (None, None)
+            or s.pending
+            or s.l1_ends
+            or s.producers
+            or s.next_offset
+            or s.last_reconciled_offset != -1
+        ):
             out.append("an uninitialized state holds data")
         return out
     lb, prev, top = s.min_epoch_lower_bound, s.previous_applied_epoch, s.max_applied_epoch
@@ -688,13 +743,17 @@ def inconsistencies(s: PartitionState) -> list[str]:
     expected_base, last_log = s.last_reconciled_offset + 1, s.last_reconciled_log_offset
     for p in s.pending:
         if p.epoch < lb or p.epoch > top:  # type: ignore[operator]
-            out.append(f"pending placeholder at log offset {p.log_offset} has epoch {p.epoch}, "
-                       f"outside [lower bound {lb}, max applied {top}]")
+            out.append(
+                f"pending placeholder at log offset {p.log_offset} has epoch {p.epoch}, "
+                f"outside [lower bound {lb}, max applied {top}]"
+            )
         if p.log_offset <= last_log or p.log_offset > s.applied_offset:
             out.append(f"pending placeholder at log offset {p.log_offset} is out of order")
         if p.base_offset != expected_base:
-            out.append(f"pending placeholder at log offset {p.log_offset} starts at record {p.base_offset}, "
-                       f"expected {expected_base}")
+            out.append(
+                f"pending placeholder at log offset {p.log_offset} starts at record {p.base_offset}, "
+                f"expected {expected_base}"
+            )
         try:
             if layout.parse_l0_key(p.l0_key)[1] != p.epoch:
                 out.append(f"pending placeholder at log offset {p.log_offset} names an L0 key of another epoch")
@@ -703,12 +762,16 @@ def inconsistencies(s: PartitionState) -> list[str]:
         last_log, expected_base = p.log_offset, p.last_offset + 1
     if s.next_offset != expected_base:
         out.append(f"next record offset {s.next_offset}, the pending placeholders end at {expected_base - 1}")
-    if any(b <= a for a, b in zip(s.l1_ends, s.l1_ends[1:])) or (s.l1_ends[-1] if s.l1_ends else -1) != \
-            s.last_reconciled_offset or len(s.l1_crcs) != len(s.l1_ends):
+    if (
+        any(b <= a for a, b in zip(s.l1_ends, s.l1_ends[1:]))
+        or (s.l1_ends[-1] if s.l1_ends else -1) != s.last_reconciled_offset
+        or len(s.l1_crcs) != len(s.l1_ends)
+    ):
         out.append(f"L1 files do not tile the records through the last reconciled offset {s.last_reconciled_offset}")
     if s.fence_floor > s.writer_epoch or any(h.writer_epoch > s.writer_epoch for h in s.holders):
         out.append(f"a claim is ahead of the writer epoch {s.writer_epoch}")
     if len({p.producer_id for p in s.producers}) != len(s.producers) or any(
-            b.last_seq > p.last_seq or b.base_offset >= s.next_offset for p in s.producers for b in p.batches):
+        b.last_seq > p.last_seq or b.base_offset >= s.next_offset for p in s.producers for b in p.batches
+    ):
         out.append("producer sequences are inconsistent")
     return out

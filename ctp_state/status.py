@@ -31,8 +31,9 @@ def read_states(store: ObjectStore, topics: list[Topic], *, threads: int = 32) -
     return read_partition_states(store, [(t.name, p) for t in topics for p in range(t.partitions)], threads=threads)
 
 
-def read_partition_states(store: ObjectStore, partitions: list[tuple[str, int]], *,
-                          threads: int = 32) -> list[sm.PartitionState]:
+def read_partition_states(
+    store: ObjectStore, partitions: list[tuple[str, int]], *, threads: int = 32
+) -> list[sm.PartitionState]:
     """The current state of each (topic, partition), in the order given."""
     if not partitions:
         return []
@@ -40,10 +41,15 @@ def read_partition_states(store: ObjectStore, partitions: list[tuple[str, int]],
         return list(pool.map(lambda job: PartitionLog(store, *job).read_state(), partitions))
 
 
-def try_read_partition_states(store: ObjectStore, partitions: list[tuple[str, int]], *, threads: int = 32,
-                              ) -> tuple[list[sm.PartitionState | None], list[tuple[str, int, str]]]:
+def try_read_partition_states(
+    store: ObjectStore,
+    partitions: list[tuple[str, int]],
+    *,
+    threads: int = 32,
+) -> tuple[list[sm.PartitionState | None], list[tuple[str, int, str]]]:
     """Like :func:`read_partition_states`, but a partition that does not read is
     reported as ``(topic, partition, why)`` (its slot is None) instead of raising."""
+
     def one(job: tuple[str, int]) -> sm.PartitionState | str:
         try:
             return PartitionLog(store, *job).read_state()
@@ -66,15 +72,20 @@ def unaccounted_logs(store: ObjectStore, topics: list[Topic]) -> list[tuple[str,
     problems: list[tuple[str, int, str]] = []
     topic_dirs, _ = store.list_level(layout.LOGS_ROOT)
     for d in topic_dirs:
-        name = d[len(layout.LOGS_ROOT):-1]
+        name = d[len(layout.LOGS_ROOT) : -1]
         if name in known:
             continue
         try:
             get_topic(store, name)
             continue  # created after ``topics`` was listed: its inits carry an epoch >= C (R4)
         except TopicNotFound:
-            problems.append((name, -1, f"state logs exist under {d} but the topic has no metadata "
-                             f"({layout.topic_meta(name)} is missing)"))
+            problems.append(
+                (
+                    name,
+                    -1,
+                    f"state logs exist under {d} but the topic has no metadata ({layout.topic_meta(name)} is missing)",
+                )
+            )
         except CtpError as e:
             problems.append((name, -1, f"state logs exist under {d} but the topic's metadata does not read: {e}"))
     for t in topics:
@@ -82,9 +93,13 @@ def unaccounted_logs(store: ObjectStore, topics: list[Topic]) -> list[tuple[str,
         for d in part_dirs:
             part = d.rstrip("/").rsplit("/", 1)[1]
             if not part.isdigit() or int(part) >= t.partitions:
-                problems.append((t.name, int(part) if part.isdigit() else -1,
-                                 f"a state log exists under {d} but the topic's metadata says it has "
-                                 f"{t.partitions} partitions"))
+                problems.append(
+                    (
+                        t.name,
+                        int(part) if part.isdigit() else -1,
+                        f"a state log exists under {d} but the topic's metadata says it has {t.partitions} partitions",
+                    )
+                )
     return problems
 
 
@@ -108,6 +123,8 @@ def facts(s: sm.PartitionState) -> PartitionFacts:
         lag_bytes=s.lag_bytes,
         min_pending_epoch=s.min_pending_epoch,
         writer_epoch=s.writer_epoch,
-        holders=tuple(HolderFacts(owner=h.owner, mode=h.mode.value, writer_epoch=h.writer_epoch,
-                                  lease_until_ms=h.lease_until_ms) for h in s.holders),
+        holders=tuple(
+            HolderFacts(owner=h.owner, mode=h.mode.value, writer_epoch=h.writer_epoch, lease_until_ms=h.lease_until_ms)
+            for h in s.holders
+        ),
     )

@@ -25,11 +25,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 #: Error codes object stores use to say "slow down" (S3, MinIO, GCS/Azure via S3 gateways).
-THROTTLE_CODES = frozenset({
-    "SlowDown", "503", "ServiceUnavailable", "Throttling", "ThrottlingException", "ThrottledException",
-    "RequestLimitExceeded", "RequestThrottled", "RequestThrottledException", "TooManyRequests",
-    "TooManyRequestsException", "429", "BandwidthLimitExceeded", "EC2ThrottledException",
-})
+THROTTLE_CODES = frozenset(
+    {
+        "SlowDown",
+        "503",
+        "ServiceUnavailable",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequests",
+        "TooManyRequestsException",
+        "429",
+        "BandwidthLimitExceeded",
+        "EC2ThrottledException",
+    }
+)
 
 
 def is_throttle(code: str | None) -> bool:
@@ -62,9 +75,17 @@ class Aimd:
     :meth:`success`, :meth:`throttled` or :meth:`release` (an error that says nothing
     about load)."""
 
-    def __init__(self, ceiling: int, *, start: float | None = None, floor: int = 1, decrease: float = 0.5,
-                 base_delay_s: float = 0.05, max_delay_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        ceiling: int,
+        *,
+        start: float | None = None,
+        floor: int = 1,
+        decrease: float = 0.5,
+        base_delay_s: float = 0.05,
+        max_delay_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if ceiling < 1 or floor < 1 or floor > ceiling:
             raise ValueError(f"need 1 <= floor <= ceiling, got floor={floor} ceiling={ceiling}")
         if not 0 < decrease < 1:

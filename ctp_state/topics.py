@@ -72,12 +72,19 @@ def _decode(data: bytes, key: str) -> Topic:
 
 
 def encode_meta(topic: Topic) -> bytes:
-    return codec.seal({"v": META_VERSION, "name": topic.name, "partitions": topic.partitions,
-                       "created_ms": topic.created_ms})
+    return codec.seal(
+        {"v": META_VERSION, "name": topic.name, "partitions": topic.partitions, "created_ms": topic.created_ms}
+    )
 
 
-def create_topic(store: ObjectStore, name: str, partitions: int, *, exist_ok: bool = False,
-                 on_repair: Callable[[int, str], None] | None = None) -> Topic:
+def create_topic(
+    store: ObjectStore,
+    name: str,
+    partitions: int,
+    *,
+    exist_ok: bool = False,
+    on_repair: Callable[[int, str], None] | None = None,
+) -> Topic:
     """Create ``name`` with ``partitions`` partitions, or finish a crashed creation
     (and repair logs an older ctp damaged; ``on_repair(partition, what)`` hears of each)."""
     validate.topic_name(name)
@@ -109,8 +116,9 @@ def create_topic(store: ObjectStore, name: str, partitions: int, *, exist_ok: bo
     return topic
 
 
-def _repair(store: ObjectStore, topic: str, partition: int, entry0: str,
-            on_repair: Callable[[int, str], None] | None) -> bool:
+def _repair(
+    store: ObjectStore, topic: str, partition: int, entry0: str, on_repair: Callable[[int, str], None] | None
+) -> bool:
     """Give a log whose offset 0 is not an init entry its init; True if it needed one."""
     from ctp_state.log import PartitionLog  # the log builds on this module's peers
 
@@ -130,8 +138,10 @@ def _repair(store: ObjectStore, topic: str, partition: int, entry0: str,
         if plog.read_state().initialized:
             return False  # a racing create repaired it first
         raise
-    what = (f"offset 0 held no init entry (written by an older ctp); appended the init at offset "
-            f"{appended.offset} with epoch {epoch}; the {appended.offset} entries before it stay without effect")
+    what = (
+        f"offset 0 held no init entry (written by an older ctp); appended the init at offset "
+        f"{appended.offset} with epoch {epoch}; the {appended.offset} entries before it stay without effect"
+    )
     log.warning("%s/%d: %s", topic, partition, what)
     if on_repair is not None:
         on_repair(partition, what)

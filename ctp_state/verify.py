@@ -84,15 +84,25 @@ class VerifyReport:
         return not self.errors
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "errors": len(self.errors),
-                "warnings": sum(1 for f in self.findings if f.severity == WARNING),
-                "cluster": [asdict(f) for f in self.cluster],
-                "partitions": [{**{k: v for k, v in asdict(p).items() if k != "findings"},
-                                "ok": p.ok, "findings": [asdict(f) for f in p.findings]} for p in self.partitions]}
+        return {
+            "ok": self.ok,
+            "errors": len(self.errors),
+            "warnings": sum(1 for f in self.findings if f.severity == WARNING),
+            "cluster": [asdict(f) for f in self.cluster],
+            "partitions": [
+                {
+                    **{k: v for k, v in asdict(p).items() if k != "findings"},
+                    "ok": p.ok,
+                    "findings": [asdict(f) for f in p.findings],
+                }
+                for p in self.partitions
+            ],
+        }
 
 
-def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_objects: bool = True,
-                     deep: bool = False) -> PartitionCheck:
+def verify_partition(
+    store: ObjectStore, topic: str, partition: int, *, check_objects: bool = True, deep: bool = False
+) -> PartitionCheck:
     res = PartitionCheck(topic, partition)
     where = f"{topic}/{partition}"
 
@@ -106,8 +116,11 @@ def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_ob
         got = plog.read_snapshot(strict=True)
         snap = got if got.applied_offset >= 0 else None
     except CorruptData as e:
-        say(ERROR, f"snapshot does not check out ({e.reason}); readers rebuild the state from the log",
-            layout.snapshot(topic, partition))
+        say(
+            ERROR,
+            f"snapshot does not check out ({e.reason}); readers rebuild the state from the log",
+            layout.snapshot(topic, partition),
+        )
     res.snapshot_offset = snap.applied_offset if snap else None
 
     # Every entry, in order, replayed from the start.
@@ -115,6 +128,7 @@ def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_ob
     replayed = True  # the replay reached the end of the log
     expected = 0
     at_snapshot: sm.PartitionState | None = None
+
     def listed() -> Iterator[tuple[int, str, bytes | None]]:
         """(offset, key, bytes or None when absent): the listing, with any key it skipped
         while the log grew read directly (so only a real hole is reported)."""
@@ -146,17 +160,28 @@ def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_ob
             entry = en.decode(data, key)
         except CorruptData as e:
             covered = snap is not None and offset <= snap.applied_offset
-            say(ERROR, f"entry does not decode ({e.reason})" + (
-                f"; the snapshot at offset {snap.applied_offset if snap else '?'} covers it, so the state still reads, but "
-                "the log can no longer rebuild it" if covered else "; the partition's state cannot be read"),
-                key)
+            say(
+                ERROR,
+                f"entry does not decode ({e.reason})"
+                + (
+                    f"; the snapshot at offset {snap.applied_offset if snap else '?'} covers it, so the state still reads, but "
+                    "the log can no longer rebuild it"
+                    if covered
+                    else "; the partition's state cannot be read"
+                ),
+                key,
+            )
             replayed = False
             break
         if not codec.is_sealed(data):
             res.unchecksummed += 1
         if offset == 0 and not isinstance(entry, Init):
-            say(WARNING, "offset 0 is not the init entry (written by an older ctp); "
-                "`ctp topic create` repairs it by appending the init", key)
+            say(
+                WARNING,
+                "offset 0 is not the init entry (written by an older ctp); "
+                "`ctp topic create` repairs it by appending the init",
+                key,
+            )
         state = sm.apply(state, offset, entry).state
         if snap is not None and offset == snap.applied_offset:
             at_snapshot = state
@@ -167,11 +192,17 @@ def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_ob
 
     if snap is not None and replayed:
         if at_snapshot is None:
-            say(ERROR, f"snapshot covers offset {snap.applied_offset}, past the log's end {expected - 1}",
-                layout.snapshot(topic, partition))
+            say(
+                ERROR,
+                f"snapshot covers offset {snap.applied_offset}, past the log's end {expected - 1}",
+                layout.snapshot(topic, partition),
+            )
         elif at_snapshot.persisted != snap.persisted:
-            say(ERROR, f"snapshot disagrees with a replay of the log at offset {snap.applied_offset}",
-                layout.snapshot(topic, partition))
+            say(
+                ERROR,
+                f"snapshot disagrees with a replay of the log at offset {snap.applied_offset}",
+                layout.snapshot(topic, partition),
+            )
 
     # What the state points at: from the full replay if it got through, else what readers use.
     current: sm.PartitionState | None = state if replayed else None
@@ -189,11 +220,18 @@ def verify_partition(store: ObjectStore, topic: str, partition: int, *, check_ob
             size = sizes[p.l0_key]
             res.l0_checked += 1
             if size is None:
-                say(ERROR, f"L0 object of the pending placeholder at log offset {p.log_offset} is missing "
-                    f"({p.record_count} records cannot be read)", p.l0_key)
+                say(
+                    ERROR,
+                    f"L0 object of the pending placeholder at log offset {p.log_offset} is missing "
+                    f"({p.record_count} records cannot be read)",
+                    p.l0_key,
+                )
             elif size < p.byte_offset + p.byte_length:
-                say(ERROR, f"L0 object is shorter ({size} bytes) than the chunk of log offset {p.log_offset} needs",
-                    p.l0_key)
+                say(
+                    ERROR,
+                    f"L0 object is shorter ({size} bytes) than the chunk of log offset {p.log_offset} needs",
+                    p.l0_key,
+                )
         first = 0
         for last in current.l1_ends:
             key = layout.l1_key(topic, partition, first, last)
@@ -232,8 +270,15 @@ def verify_cluster(store: ObjectStore) -> list[Finding]:
     try:
         c = ce.current(repair=False)
         if ce.unvouched_hints:
-            out.append(Finding(WARNING, "cluster", f"the epoch hint is not vouched for by a marker; C = {c} from "
-                               "the markers (the next epoch read or advance rewrites the hint)", layout.EPOCH_HINT))
+            out.append(
+                Finding(
+                    WARNING,
+                    "cluster",
+                    f"the epoch hint is not vouched for by a marker; C = {c} from "
+                    "the markers (the next epoch read or advance rewrites the hint)",
+                    layout.EPOCH_HINT,
+                )
+            )
     except CtpError as e:
         out.append(Finding(ERROR, "cluster", f"the cluster epoch cannot be read: {e}"))
     for what, seq in (("GC history", GcHistory(store).seq), ("reconcile summaries", summaries(store))):
@@ -252,9 +297,15 @@ def verify_cluster(store: ObjectStore) -> list[Finding]:
     return out
 
 
-def verify(store: ObjectStore, topics: Sequence[str] | None = None, *, check_objects: bool = True,
-           deep: bool = False, threads: int = 16,
-           on_progress: Callable[[int, int], None] = lambda done, total: None) -> VerifyReport:
+def verify(
+    store: ObjectStore,
+    topics: Sequence[str] | None = None,
+    *,
+    check_objects: bool = True,
+    deep: bool = False,
+    threads: int = 16,
+    on_progress: Callable[[int, int], None] = lambda done, total: None,
+) -> VerifyReport:
     """Check every partition of ``topics`` (all when None) and the cluster records."""
     cluster = verify_cluster(store)
     wanted = [(t.name, p) for t in select_topics(store, topics) for p in range(t.partitions)]

@@ -39,8 +39,12 @@ INTERVAL = timedelta(minutes=float(os.environ.get("CTP_EPOCH_INTERVAL_MINUTES", 
     max_active_runs=1,  # one advance per tick is the point; overlap would only skip ahead
     tags=["ctp", "epoch"],
     doc_md=__doc__,
-    default_args={"owner": OWNER, "retries": 3, "retry_delay": timedelta(seconds=30),
-                  "execution_timeout": timedelta(minutes=2)},
+    default_args={
+        "owner": OWNER,
+        "retries": 3,
+        "retry_delay": timedelta(seconds=30),
+        "execution_timeout": timedelta(minutes=2),
+    },
 )
 def ctp_epoch_advance():
     @task(outlets=[EPOCH_ASSET])

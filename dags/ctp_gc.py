@@ -63,14 +63,23 @@ def _config(params):
     doc_md=__doc__,
     params={
         **settings_params(GcSettings, ["dry_run", "max_deletes", "grace_s", "l1_grace_s"]),
-        "topics": Param([], type="array", items={"type": "string"},
-                        description="Sweep L1 orphans only in these topics (M is always cluster-wide)."),
+        "topics": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            description="Sweep L1 orphans only in these topics (M is always cluster-wide).",
+        ),
         "publish_report": Param(False, type="boolean", description="Also copy the report into the store."),
-        "verify": Param(False, type="boolean",
-                        description="Run `ctp verify` (every checksum and reference; slow) before deleting."),
+        "verify": Param(
+            False, type="boolean", description="Run `ctp verify` (every checksum and reference; slow) before deleting."
+        ),
     },
-    default_args={"owner": OWNER, "retries": 1, "retry_delay": timedelta(minutes=1),
-                  "execution_timeout": timedelta(hours=1)},
+    default_args={
+        "owner": OWNER,
+        "retries": 1,
+        "retry_delay": timedelta(minutes=1),
+        "execution_timeout": timedelta(hours=1),
+    },
 )
 def ctp_gc():
     @task(retries=0)
@@ -84,11 +93,19 @@ def ctp_gc():
         v = validate_job(open_store(cfg), _config(params), cfg.report_dir)
         for f in v.failures:
             log.error("failed expectation: %s", f)
-        log.info("M = %s (C = %s, %s partitions); %s; data docs: %s", v.m, v.cluster_epoch, v.partitions,
-                 v.statistics, v.docs)
+        log.info(
+            "M = %s (C = %s, %s partitions); %s; data docs: %s",
+            v.m,
+            v.cluster_epoch,
+            v.partitions,
+            v.statistics,
+            v.docs,
+        )
         if not v.success:
-            raise AirflowFailException(f"GC gate failed, nothing deleted: {v.failures[0]}"
-                                       + (f" (and {len(v.failures) - 1} more)" if len(v.failures) > 1 else ""))
+            raise AirflowFailException(
+                f"GC gate failed, nothing deleted: {v.failures[0]}"
+                + (f" (and {len(v.failures) - 1} more)" if len(v.failures) > 1 else "")
+            )
         return {"m": v.m, "cluster_epoch": v.cluster_epoch}
 
     @task(retries=0)
@@ -104,12 +121,14 @@ def ctp_gc():
         report = run_verify(open_store(resolve()))
         for f in report.findings:
             (log.error if f.severity == "error" else log.warning)(
-                "%s: %s: %s%s", f.severity, f.where, f.what, f" [{f.key}]" if f.key else "")
+                "%s: %s: %s%s", f.severity, f.where, f.what, f" [{f.key}]" if f.key else ""
+            )
         log.info("verify: %d partitions, %d errors", len(report.partitions), len(report.errors))
         if not report.ok:
             first = report.errors[0]
-            raise AirflowFailException(f"verify found {len(report.errors)} problem(s), nothing deleted; first: "
-                                       f"{first.where}: {first.what}")
+            raise AirflowFailException(
+                f"verify found {len(report.errors)} problem(s), nothing deleted; first: {first.where}: {first.what}"
+            )
         return {"verified": True}
 
     @task(outlets=[GC_ASSET])
@@ -127,21 +146,39 @@ def ctp_gc():
 
         store = open_store(cfg)
         try:
-            rec = run_gc(store, gate=GxGate(cfg.report_dir, store_url=store.url), config=_config(params),
-                         on_progress=progress)
+            rec = run_gc(
+                store, gate=GxGate(cfg.report_dir, store_url=store.url), config=_config(params), on_progress=progress
+            )
         except (GateFailed, StateUnreadable) as e:  # nothing deleted; a person must look, not a retry
             from airflow.sdk.exceptions import AirflowFailException
 
             raise AirflowFailException(str(e)) from None
-        keep = ("seq", "status", "dry_run", "m", "cluster_epoch", "partitions", "listed", "deleted", "deleted_bytes",
-                "would_delete", "would_delete_bytes", "delete_errors", "l1_orphans_deleted", "seconds", "held_by_count")
+        keep = (
+            "seq",
+            "status",
+            "dry_run",
+            "m",
+            "cluster_epoch",
+            "partitions",
+            "listed",
+            "deleted",
+            "deleted_bytes",
+            "would_delete",
+            "would_delete_bytes",
+            "delete_errors",
+            "l1_orphans_deleted",
+            "seconds",
+            "held_by_count",
+        )
         out = {k: getattr(rec, k) for k in keep}
         log.info("GC run %s", out)
         for h in rec.held_by[:10]:
             log.info("held at M by %s: %s", h.where, "; ".join(h.reasons))
         if rec.status == "partial":
-            raise RuntimeError(f"{rec.delete_errors} object(s) failed to delete after retries "
-                               f"(e.g. {next(iter(rec.failed_keys), '?')}); the run is recorded, the next retries")
+            raise RuntimeError(
+                f"{rec.delete_errors} object(s) failed to delete after retries "
+                f"(e.g. {next(iter(rec.failed_keys), '?')}); the run is recorded, the next retries"
+            )
         return out
 
     @task(trigger_rule="all_done", retries=1)

@@ -66,12 +66,15 @@ class CtpSparkSubmitOperator(SparkSubmitOperator):
     tags=["ctp", "reconcile", "spark"],
     doc_md=__doc__,
     params={
-        "topics": Param([], type="array", items={"type": "string"},
-                        description="Only these topics; empty for all."),
+        "topics": Param([], type="array", items={"type": "string"}, description="Only these topics; empty for all."),
         **settings_params(ReconcileSettings, FORM),
     },
-    default_args={"owner": OWNER, "retries": 2, "retry_delay": timedelta(minutes=1),
-                  "execution_timeout": timedelta(hours=2)},
+    default_args={
+        "owner": OWNER,
+        "retries": 2,
+        "retry_delay": timedelta(minutes=1),
+        "execution_timeout": timedelta(hours=2),
+    },
 )
 def ctp_reconcile():
     CtpSparkSubmitOperator(

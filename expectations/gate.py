@@ -75,9 +75,17 @@ def claim(report_dir: str, store_url: str) -> None:
     marker = os.path.join(report_dir, MARKER)
     os.makedirs(report_dir, exist_ok=True)
     if not os.path.exists(marker):
-        body = json.dumps({"store": store_url, "claimed_ms": int(time.time() * 1000),
-                           "note": "this report directory belongs to this store; "
-                                   "give each store its own --report-dir"}, indent=2) + "\n"
+        body = (
+            json.dumps(
+                {
+                    "store": store_url,
+                    "claimed_ms": int(time.time() * 1000),
+                    "note": "this report directory belongs to this store; give each store its own --report-dir",
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         fd, tmp = tempfile.mkstemp(prefix=".ctp-store-", dir=report_dir)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -95,11 +103,15 @@ def claim(report_dir: str, store_url: str) -> None:
         with open(marker, encoding="utf-8") as f:
             owner = json.load(f)["store"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"report directory {report_dir} has an unreadable store marker {marker} ({e}); "
-                          f"delete it if the directory is {store_url}'s, or use a different --report-dir") from None
+        raise ConfigError(
+            f"report directory {report_dir} has an unreadable store marker {marker} ({e}); "
+            f"delete it if the directory is {store_url}'s, or use a different --report-dir"
+        ) from None
     if owner != store_url:
-        raise ConfigError(f"report directory {report_dir} belongs to store {owner}, not {store_url} "
-                          f"(see {marker}); use a different --report-dir (or $CTP_REPORT_DIR) for each store")
+        raise ConfigError(
+            f"report directory {report_dir} belongs to store {owner}, not {store_url} "
+            f"(see {marker}); use a different --report-dir (or $CTP_REPORT_DIR) for each store"
+        )
 
 
 # --- one isolated GX run -------------------------------------------------------------------------
@@ -118,9 +130,13 @@ def _context(site_dir: str) -> Any:
 
     config = DataContextConfig(
         store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
-        data_docs_sites={SITE: {"class_name": "SiteBuilder", "show_how_to_buttons": False,
-                                "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                                                  "base_directory": site_dir}}},
+        data_docs_sites={
+            SITE: {
+                "class_name": "SiteBuilder",
+                "show_how_to_buttons": False,
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": site_dir},
+            }
+        },
         analytics_enabled=False,
         progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
     )
@@ -140,8 +156,11 @@ def validate_frames(ctx: Any, frames: dict[str, pa.Table], run_name: str) -> tup
         batch = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe(name)
         suite = ctx.suites.add(make_suite())
         definition = ctx.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch, suite=suite))
-        results.append(definition.run(batch_parameters={"dataframe": frames[name].to_pandas()},
-                                      run_id=run_id, result_format=RESULT_FORMAT))
+        results.append(
+            definition.run(
+                batch_parameters={"dataframe": frames[name].to_pandas()}, run_id=run_id, result_format=RESULT_FORMAT
+            )
+        )
     return results, run_time
 
 
@@ -168,7 +187,9 @@ def failures_of(results: Iterable[Any]) -> tuple[list[str], dict[str, int]]:
             cfg = r.expectation_config
             res = r.result or {}
             why = (cfg.meta or {}).get("why")
-            detail = f"{res.get('unexpected_count')} unexpected" if res.get("unexpected_count") is not None else "failed"
+            detail = (
+                f"{res.get('unexpected_count')} unexpected" if res.get("unexpected_count") is not None else "failed"
+            )
             sample = res.get("partial_unexpected_list")
             if sample:
                 detail += f", e.g. {sample[:5]}"
@@ -211,8 +232,9 @@ class GxGate:
     With ``store_url`` the report directory is claimed for that store at once
     (:func:`claim`)."""
 
-    def __init__(self, root: str, *, offline_docs: bool = True, store_url: str | None = None,
-                 keep_runs: int = KEEP_RUNS):
+    def __init__(
+        self, root: str, *, offline_docs: bool = True, store_url: str | None = None, keep_runs: int = KEEP_RUNS
+    ):
         self.root = os.path.abspath(root)
         self.offline_docs = offline_docs
         self.keep_runs = keep_runs
@@ -243,8 +265,13 @@ class GxGate:
                 from expectations.report import localize_data_docs
 
                 localize_data_docs(private)
-            entry = {"run": run_name, "time": run_time.isoformat(), "success": success, "statistics": stats,
-                     "failures": failures}
+            entry = {
+                "run": run_name,
+                "time": run_time.isoformat(),
+                "success": success,
+                "statistics": stats,
+                "failures": failures,
+            }
             docs = self._publish(private, entry)
         finally:
             shutil.rmtree(private, ignore_errors=True)
@@ -297,7 +324,7 @@ class GxGate:
                 except (OSError, ValueError):
                     continue
         entries.sort(key=lambda e: (e.get("time", ""), e.get("id", "")), reverse=True)
-        for old in entries[self.keep_runs:]:
+        for old in entries[self.keep_runs :]:
             for rel in list(old.get("pages", {}).values()):
                 path = os.path.join(site, *rel.split("/"))
                 with contextlib.suppress(OSError):

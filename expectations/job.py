@@ -37,7 +37,9 @@ class GcOutcome:
     error: GateFailed | None = None
 
 
-def write_report(store: ObjectStore, report_dir: str, gate: GxGate | None = None, *, publish_to_store: bool = False) -> tuple[str, int]:
+def write_report(
+    store: ObjectStore, report_dir: str, gate: GxGate | None = None, *, publish_to_store: bool = False
+) -> tuple[str, int]:
     claim(report_dir, store.url)  # before anything is written: the directory is this store's
     records = GcHistory(store).tail(REPORT_RUNS, unreadable=[])  # a damaged record must not stop the report
     docs = os.path.join(gate.docs_dir if gate else GxGate(report_dir).docs_dir, "index.html")
@@ -45,8 +47,14 @@ def write_report(store: ObjectStore, report_dir: str, gate: GxGate | None = None
     return page, publish(store, report_dir) if publish_to_store else 0
 
 
-def gc_job(store: ObjectStore, config: GcSettings, report_dir: str, *, publish_to_store: bool = False,
-           on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None) -> GcOutcome:
+def gc_job(
+    store: ObjectStore,
+    config: GcSettings,
+    report_dir: str,
+    *,
+    publish_to_store: bool = False,
+    on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
+) -> GcOutcome:
     """Run one GC behind the GX gate and write the report. A failed gate is returned in
     ``error`` (the report shows it) rather than raised, so callers report first. A report
     directory of another store raises :class:`ConfigError` before anything is read."""
@@ -77,6 +85,13 @@ def validate_job(store: ObjectStore, config: GcSettings, report_dir: str) -> Val
     """The gate alone: nothing is listed for deletion, deleted or recorded."""
     gate = GxGate(report_dir, store_url=store.url)
     result, failures, p = validate(store, gate, config)
-    return Validation(success=not failures, failures=tuple(failures), statistics=result.statistics, m=p.decision.m,
-                      cluster_epoch=p.cluster_epoch, partitions=len(p.views), docs=result.docs,
-                      held_by=tuple(held_by(h) for h in p.decision.held_by[:20]))
+    return Validation(
+        success=not failures,
+        failures=tuple(failures),
+        statistics=result.statistics,
+        m=p.decision.m,
+        cluster_epoch=p.cluster_epoch,
+        partitions=len(p.views),
+        docs=result.docs,
+        held_by=tuple(held_by(h) for h in p.decision.held_by[:20]),
+    )

@@ -96,16 +96,20 @@ def localize_data_docs(site_dir: str) -> int:
 
 def _page(title: str, body: str) -> str:
     e = html.escape
-    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
-            f"<style>{OFFLINE_CSS} .ok{{color:#2b8a3e}} .bad{{color:#c92a2a}} code{{font-size:.9em}}</style>"
-            f"</head><body><h1>{e(title)}</h1>{body}</body></html>")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
+        f"<style>{OFFLINE_CSS} .ok{{color:#2b8a3e}} .bad{{color:#c92a2a}} code{{font-size:.9em}}</style>"
+        f"</head><body><h1>{e(title)}</h1>{body}</body></html>"
+    )
 
 
 def _verdict(entry: dict[str, Any]) -> str:
     st = entry.get("statistics") or {}
     ok = entry.get("success")
-    return (f'<span class="{"ok" if ok else "bad"}">{"passed" if ok else "FAILED"}</span> '
-            f"{st.get('successful', 0)}/{st.get('evaluated', 0)}")
+    return (
+        f'<span class="{"ok" if ok else "bad"}">{"passed" if ok else "FAILED"}</span> '
+        f"{st.get('successful', 0)}/{st.get('evaluated', 0)}"
+    )
 
 
 def gate_run_page(entry: dict[str, Any]) -> str:
@@ -115,12 +119,15 @@ def gate_run_page(entry: dict[str, Any]) -> str:
     rows = "".join(
         f'<tr><td>{e(suite)}</td><td><a href="../{e(rel)}">validation result</a></td>'
         f'<td><a href="../{e(entry.get("suites", {}).get(suite, ""))}">suite</a></td></tr>'
-        for suite, rel in sorted(entry.get("pages", {}).items()))
+        for suite, rel in sorted(entry.get("pages", {}).items())
+    )
     fails = "".join(f"<li><code>{e(f)}</code></li>" for f in entry.get("failures", []))
-    body = (f"<p>{_verdict(entry)} expectations; validated {e(entry.get('time', ''))}. "
-            f'<a href="../index.html">All gate runs</a></p>'
-            + (f'<h2 class="bad">Failures (the GC deleted nothing)</h2><ul>{fails}</ul>' if fails else "")
-            + f"<table><tr><th>table</th><th>result</th><th>expectations</th></tr>{rows}</table>")
+    body = (
+        f"<p>{_verdict(entry)} expectations; validated {e(entry.get('time', ''))}. "
+        f'<a href="../index.html">All gate runs</a></p>'
+        + (f'<h2 class="bad">Failures (the GC deleted nothing)</h2><ul>{fails}</ul>' if fails else "")
+        + f"<table><tr><th>table</th><th>result</th><th>expectations</th></tr>{rows}</table>"
+    )
     return _page(f"GC gate run {entry.get('id', entry.get('run', ''))}", body)
 
 
@@ -131,13 +138,21 @@ def gate_index_page(entries: Sequence[dict[str, Any]]) -> str:
     for en in entries:
         links = " ".join(f'<a href="{e(rel)}">{e(suite)}</a>' for suite, rel in sorted(en.get("pages", {}).items()))
         first = en.get("failures") or []
-        rows.append(f'<tr><td><a href="runs/{e(en["id"])}.html">{e(en["id"])}</a></td><td>{e(en.get("time", ""))}</td>'
-                    f"<td>{_verdict(en)}</td><td>{links}</td>"
-                    f"<td>{'<code>' + e(first[0][:200]) + '</code>' if first else ''}"
-                    f"{f' and {len(first) - 1} more' if len(first) > 1 else ''}</td></tr>")
-    body = ("<p>Great Expectations validation results of the GC gate, newest first. The run is the GC run id.</p>"
+        rows.append(
+            f'<tr><td><a href="runs/{e(en["id"])}.html">{e(en["id"])}</a></td><td>{e(en.get("time", ""))}</td>'
+            f"<td>{_verdict(en)}</td><td>{links}</td>"
+            f"<td>{'<code>' + e(first[0][:200]) + '</code>' if first else ''}"
+            f"{f' and {len(first) - 1} more' if len(first) > 1 else ''}</td></tr>"
+        )
+    body = (
+        (
+            "<p>Great Expectations validation results of the GC gate, newest first. The run is the GC run id.</p>"
             "<table><tr><th>run</th><th>validated (UTC)</th><th>result</th><th>validation results</th>"
-            "<th>first failure</th></tr>" + "".join(rows) + "</table>") if rows else "<p>No gate run yet.</p>"
+            "<th>first failure</th></tr>" + "".join(rows) + "</table>"
+        )
+        if rows
+        else "<p>No gate run yet.</p>"
+    )
     return _page("ctp GC gate: Data Docs", body)
 
 
@@ -174,28 +189,36 @@ def _chart(records: Sequence[GcRecord], width: int = 900, height: int = 220) -> 
 
     m_line = " ".join(xy(s, m) for s, m, _ in pts)
     c_line = " ".join(xy(s, c) for s, _, c in pts if c is not None)
-    dots = "".join(f'<circle cx="{xy(s, m).split(",")[0]}" cy="{xy(s, m).split(",")[1]}" r="3" fill="#1971c2">'
-                   f"<title>run {s}: M={m}, C={c}</title></circle>" for s, m, c in pts)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-            f'aria-label="M and C over GC runs">'
-            f'<rect width="100%" height="100%" fill="#fff" stroke="#dee2e6"/>'
-            f'<polyline fill="none" stroke="#adb5bd" stroke-dasharray="4 3" stroke-width="2" points="{c_line}"/>'
-            f'<polyline fill="none" stroke="#1971c2" stroke-width="2" points="{m_line}"/>{dots}'
-            f'<text x="{pad}" y="16" font-size="12">epoch {y1}</text>'
-            f'<text x="{pad}" y="{height - 8}" font-size="12">epoch {y0}; runs {x0}..{x1}</text>'
-            f'<text x="{width - 230}" y="16" font-size="12" fill="#1971c2">&#9473; M</text>'
-            f'<text x="{width - 190}" y="16" font-size="12" fill="#868e96">&#9476; C (cluster epoch)</text></svg>')
+    dots = "".join(
+        f'<circle cx="{xy(s, m).split(",")[0]}" cy="{xy(s, m).split(",")[1]}" r="3" fill="#1971c2">'
+        f"<title>run {s}: M={m}, C={c}</title></circle>"
+        for s, m, c in pts
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+        f'aria-label="M and C over GC runs">'
+        f'<rect width="100%" height="100%" fill="#fff" stroke="#dee2e6"/>'
+        f'<polyline fill="none" stroke="#adb5bd" stroke-dasharray="4 3" stroke-width="2" points="{c_line}"/>'
+        f'<polyline fill="none" stroke="#1971c2" stroke-width="2" points="{m_line}"/>{dots}'
+        f'<text x="{pad}" y="16" font-size="12">epoch {y1}</text>'
+        f'<text x="{pad}" y="{height - 8}" font-size="12">epoch {y0}; runs {x0}..{x1}</text>'
+        f'<text x="{width - 230}" y="16" font-size="12" fill="#1971c2">&#9473; M</text>'
+        f'<text x="{width - 190}" y="16" font-size="12" fill="#868e96">&#9476; C (cluster epoch)</text></svg>'
+    )
 
 
-def write_summary_page(report_dir: str, records: Sequence[GcRecord], *, docs_index: str | None = None,
-                       title: str = "ctp GC report") -> str:
+def write_summary_page(
+    report_dir: str, records: Sequence[GcRecord], *, docs_index: str | None = None, title: str = "ctp GC report"
+) -> str:
     """Write ``<report_dir>/index.html`` from GC history ``records`` (oldest first)."""
     os.makedirs(report_dir, exist_ok=True)
     e = html.escape
     latest = records[-1] if records else None
-    parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
-             f"<style>{OFFLINE_CSS} .ok{{color:#2b8a3e}} .bad{{color:#c92a2a}} code{{font-size:.9em}}</style>"
-             f"</head><body><h1>{e(title)}</h1>"]
+    parts = [
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
+        f"<style>{OFFLINE_CSS} .ok{{color:#2b8a3e}} .bad{{color:#c92a2a}} code{{font-size:.9em}}</style>"
+        f"</head><body><h1>{e(title)}</h1>"
+    ]
     if docs_index:
         rel = os.path.relpath(docs_index, report_dir).replace(os.sep, "/")
         parts.append(f'<p>Great Expectations validation results: <a href="{e(rel)}">Data Docs</a> (offline copy).</p>')
@@ -215,21 +238,33 @@ def write_summary_page(report_dir: str, records: Sequence[GcRecord], *, docs_ind
             f"each read from its state log.</p>"
             f"<p>L0: listed {latest.listed}, {verb} {n} objects ({_bytes(b)}), "
             f"failed {latest.delete_errors}, too young {latest.skipped_too_young}. "
-            f"L1 orphans: {latest.l1_orphans} ({_bytes(latest.l1_orphan_bytes)}).</p>")
+            f"L1 orphans: {latest.l1_orphans} ({_bytes(latest.l1_orphan_bytes)}).</p>"
+        )
         if latest.gate is not None and latest.gate.failures:
-            parts.append("<h3 class=\"bad\">Gate failures (nothing was deleted)</h3><ul>"
-                         + "".join(f"<li><code>{e(f)}</code></li>" for f in latest.gate.failures) + "</ul>")
+            parts.append(
+                '<h3 class="bad">Gate failures (nothing was deleted)</h3><ul>'
+                + "".join(f"<li><code>{e(f)}</code></li>" for f in latest.gate.failures)
+                + "</ul>"
+            )
         if latest.error:
             parts.append(f'<p class="bad">Error: <code>{e(latest.error)}</code></p>')
         if latest.failed_keys:
-            parts.append("<h3 class=\"bad\">Keys that failed to delete</h3><ul>" + "".join(
-                f"<li><code>{e(k)}</code>: {e(str(v))}</li>" for k, v in latest.failed_keys.items()) + "</ul>")
+            parts.append(
+                '<h3 class="bad">Keys that failed to delete</h3><ul>'
+                + "".join(f"<li><code>{e(k)}</code>: {e(str(v))}</li>" for k, v in latest.failed_keys.items())
+                + "</ul>"
+            )
         held = latest.held_by
-        parts.append(f"<h2>What holds M back ({latest.held_by_count or len(held)} partitions/reasons)</h2>"
-                     "<table><tr><th>topic</th><th>partition</th><th>M(p)</th><th>why</th></tr>" + "".join(
-                         f"<tr><td>{e(h.topic or '(cluster)')}</td><td>{'' if h.partition is None else h.partition}"
-                         f"</td><td>{h.m}</td><td>{'<br>'.join(e(r) for r in h.reasons)}</td></tr>"
-                         for h in held) + "</table>")
+        parts.append(
+            f"<h2>What holds M back ({latest.held_by_count or len(held)} partitions/reasons)</h2>"
+            "<table><tr><th>topic</th><th>partition</th><th>M(p)</th><th>why</th></tr>"
+            + "".join(
+                f"<tr><td>{e(h.topic or '(cluster)')}</td><td>{'' if h.partition is None else h.partition}"
+                f"</td><td>{h.m}</td><td>{'<br>'.join(e(r) for r in h.reasons)}</td></tr>"
+                for h in held
+            )
+            + "</table>"
+        )
     if records:
         parts.append("<h2>M over time</h2>" + _chart(records[-200:]))
         rows = []
@@ -238,13 +273,18 @@ def write_summary_page(report_dir: str, records: Sequence[GcRecord], *, docs_ind
             dele = f"{r.would_delete} (dry)" if r.dry_run else str(r.deleted)
             byts = _bytes(r.would_delete_bytes if r.dry_run else r.deleted_bytes)
             nfail = len(r.gate.failures if r.gate else ()) + r.delete_errors
-            rows.append(f"<tr><td>{r.seq}</td><td>{_when(r.started_ms)}</td><td class=\"{cls}\">"
-                        f"{e(r.status)}</td><td>{r.m}</td><td>{r.cluster_epoch}</td><td>{dele}</td>"
-                        f"<td>{byts}</td><td>{r.l1_orphans_deleted}</td><td>{nfail}</td>"
-                        f"<td>{r.seconds}</td></tr>")
-        parts.append("<h2>Runs</h2><table><tr><th>seq</th><th>started</th><th>status</th><th>M</th><th>C</th>"
-                     "<th>L0 deleted</th><th>bytes</th><th>L1 orphans deleted</th><th>failures</th><th>s</th></tr>"
-                     + "".join(rows) + "</table>")
+            rows.append(
+                f'<tr><td>{r.seq}</td><td>{_when(r.started_ms)}</td><td class="{cls}">'
+                f"{e(r.status)}</td><td>{r.m}</td><td>{r.cluster_epoch}</td><td>{dele}</td>"
+                f"<td>{byts}</td><td>{r.l1_orphans_deleted}</td><td>{nfail}</td>"
+                f"<td>{r.seconds}</td></tr>"
+            )
+        parts.append(
+            "<h2>Runs</h2><table><tr><th>seq</th><th>started</th><th>status</th><th>M</th><th>C</th>"
+            "<th>L0 deleted</th><th>bytes</th><th>L1 orphans deleted</th><th>failures</th><th>s</th></tr>"
+            + "".join(rows)
+            + "</table>"
+        )
     parts.append("</body></html>")
     path = os.path.join(report_dir, "index.html")
     write_atomic(path, "".join(parts))  # GCs of one store may share the directory

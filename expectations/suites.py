@@ -29,61 +29,136 @@ MISSING = "either_value_is_missing"
 
 def gc_history() -> gx.ExpectationSuite:
     s = gx.ExpectationSuite(name="gc_history")
-    s.add_expectation(gxe.ExpectColumnValuesToNotBeNull(
-        column="m", meta={"why": "M must be computable: every partition has its init entry"}))
-    s.add_expectation(gxe.ExpectColumnValuesToBeIncreasing(
-        column="m", strictly=False, meta={"why": "I3: M over the GC history never decreases"}))
-    s.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-        column_A="m", column_B="m_high_water_before", or_equal=True, ignore_row_if=MISSING,
-        meta={"why": "I3: M is never below the highest M a passing run recorded"}))
-    s.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-        column_A="cluster_epoch", column_B="m", or_equal=False, ignore_row_if=MISSING,
-        meta={"why": "R4: M <= C - 1"}))
+    s.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="m", meta={"why": "M must be computable: every partition has its init entry"}
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnValuesToBeIncreasing(
+            column="m", strictly=False, meta={"why": "I3: M over the GC history never decreases"}
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="m",
+            column_B="m_high_water_before",
+            or_equal=True,
+            ignore_row_if=MISSING,
+            meta={"why": "I3: M is never below the highest M a passing run recorded"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="cluster_epoch",
+            column_B="m",
+            or_equal=False,
+            ignore_row_if=MISSING,
+            meta={"why": "R4: M <= C - 1"},
+        )
+    )
     s.add_expectation(gxe.ExpectColumnValuesToBeUnique(column="seq"))
     return s
 
 
 def partition_state() -> gx.ExpectationSuite:
     s = gx.ExpectationSuite(name="partition_state")
-    s.add_expectation(gxe.ExpectColumnValuesToNotBeNull(
-        column="min_epoch_lower_bound", meta={"why": "every partition has its init entry"}))
-    s.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-        column_A="min_epoch_lower_bound", column_B="previous_min_epoch_lower_bound", or_equal=True,
-        ignore_row_if=MISSING, meta={"why": "I3: a partition's lower bound never decreases"}))
-    s.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-        column_A="max_applied_epoch", column_B="previous_applied_epoch", or_equal=True,
-        ignore_row_if=MISSING, meta={"why": "previous_applied <= max_applied"}))
-    s.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-        column_A="previous_applied_epoch", column_B="min_epoch_lower_bound", or_equal=True,
-        ignore_row_if=MISSING, meta={"why": "R3: the lower bound never passes previous_applied"}))
-    s.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-        column_A="min_pending_epoch", column_B="candidate_m", or_equal=False, ignore_row_if=MISSING,
-        meta={"why": "I1: no pending placeholder may point at an L0 object at or below M"}))
+    s.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="min_epoch_lower_bound", meta={"why": "every partition has its init entry"}
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="min_epoch_lower_bound",
+            column_B="previous_min_epoch_lower_bound",
+            or_equal=True,
+            ignore_row_if=MISSING,
+            meta={"why": "I3: a partition's lower bound never decreases"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="max_applied_epoch",
+            column_B="previous_applied_epoch",
+            or_equal=True,
+            ignore_row_if=MISSING,
+            meta={"why": "previous_applied <= max_applied"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="previous_applied_epoch",
+            column_B="min_epoch_lower_bound",
+            or_equal=True,
+            ignore_row_if=MISSING,
+            meta={"why": "R3: the lower bound never passes previous_applied"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="min_pending_epoch",
+            column_B="candidate_m",
+            or_equal=False,
+            ignore_row_if=MISSING,
+            meta={"why": "I1: no pending placeholder may point at an L0 object at or below M"},
+        )
+    )
     s.add_expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition"]))
     return s
 
 
 def l1_files() -> gx.ExpectationSuite:
     s = gx.ExpectationSuite(name="l1_files")
-    s.add_expectation(gxe.ExpectColumnPairValuesToBeEqual(
-        column_A="first_offset", column_B="expected_first_offset",
-        meta={"why": "I2: a partition's L1 files are contiguous (each starts after the previous)"}))
-    s.add_expectation(gxe.ExpectColumnPairValuesToBeEqual(
-        column_A="rows", column_B="distinct_offsets", ignore_row_if=MISSING,
-        meta={"why": "I2: offsets within a file are unique"}))
-    s.add_expectation(gxe.ExpectColumnPairValuesToBeEqual(
-        column_A="rows", column_B="span", ignore_row_if=MISSING,
-        meta={"why": "I2: a file holds every offset of its range"}))
-    s.add_expectation(gxe.ExpectColumnPairValuesToBeEqual(
-        column_A="min_offset", column_B="first_offset", ignore_row_if=MISSING,
-        meta={"why": "a file's offsets start where its key says"}))
-    s.add_expectation(gxe.ExpectColumnPairValuesToBeEqual(
-        column_A="max_offset", column_B="last_offset", ignore_row_if=MISSING,
-        meta={"why": "a file's offsets end where its key says"}))
-    s.add_expectation(gxe.ExpectColumnValuesToBeInSet(
-        column="checksums_ok", value_set=[True],
-        meta={"why": "I2: a new L1 file is there and reads intact (CRC32C as committed, page checksums, "
-                          "schema) before its L0 sources go"}))
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="first_offset",
+            column_B="expected_first_offset",
+            meta={"why": "I2: a partition's L1 files are contiguous (each starts after the previous)"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="rows",
+            column_B="distinct_offsets",
+            ignore_row_if=MISSING,
+            meta={"why": "I2: offsets within a file are unique"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="rows",
+            column_B="span",
+            ignore_row_if=MISSING,
+            meta={"why": "I2: a file holds every offset of its range"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="min_offset",
+            column_B="first_offset",
+            ignore_row_if=MISSING,
+            meta={"why": "a file's offsets start where its key says"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="max_offset",
+            column_B="last_offset",
+            ignore_row_if=MISSING,
+            meta={"why": "a file's offsets end where its key says"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnValuesToBeInSet(
+            column="checksums_ok",
+            value_set=[True],
+            meta={
+                "why": "I2: a new L1 file is there and reads intact (CRC32C as committed, page checksums, "
+                "schema) before its L0 sources go"
+            },
+        )
+    )
     s.add_expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition", "first_offset"]))
     return s
 

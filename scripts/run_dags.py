@@ -156,12 +156,15 @@ def main() -> None:
             chunks = {}
             for i in range(args.records):
                 chunks.setdefault((args.topic, i % partitions), []).append(
-                    Record(os.urandom(100), f"user-{i % 1000}".encode(), now))
+                    Record(os.urandom(100), f"user-{i % 1000}".encode(), now)
+                )
             accepted, rejected = write_with_retry(producer, sorted(chunks.items()))
             produced += sum(v.records for v in accepted)
             if rejected:
                 raise SystemExit(f"error: traffic was rejected: {rejected[0].error}")
-            say(f"round {r + 1}: produced {args.records} records (one L0 object) at epoch {ClusterEpoch(store).current()}")
+            say(
+                f"round {r + 1}: produced {args.records} records (one L0 object) at epoch {ClusterEpoch(store).current()}"
+            )
             driver.run("ctp_epoch_advance")
     driver.run("ctp_reconcile")
     reconciled = summaries(store).newest()
@@ -176,8 +179,10 @@ def main() -> None:
     topic = select_topics(store, [args.topic])
     read_back = sum(read_partition(store, args.topic, p).num_rows for p in range(partitions))
     in_logs = sum(s.next_offset for s in read_states(store, topic))
-    say(f"read back {read_back} records after the GC (the logs hold {in_logs}): "
-        + ("every record exactly once" if read_back == in_logs else "MISMATCH"))
+    say(
+        f"read back {read_back} records after the GC (the logs hold {in_logs}): "
+        + ("every record exactly once" if read_back == in_logs else "MISMATCH")
+    )
     if read_back != in_logs:
         raise SystemExit(f"error: read back {read_back} records, the logs hold {in_logs}")
     out = {
@@ -198,9 +203,11 @@ def main() -> None:
         "report": os.path.join(cfg.report_dir, "index.html"),
         "dag_runs": driver.runs,
     }
-    say(f"epochs {out['epoch_before']} -> {out['epoch_after']}; {out['records_reconciled']} records reconciled into "
+    say(
+        f"epochs {out['epoch_before']} -> {out['epoch_after']}; {out['records_reconciled']} records reconciled into "
         f"{out['l1_files']} L1 files; M = {out['m']}; GC dry run would delete {out['would_delete_dry_run']}, "
-        f"then deleted {out['l0_objects_deleted']} L0 objects ({out['l0_bytes_deleted']} bytes)")
+        f"then deleted {out['l0_objects_deleted']} L0 objects ({out['l0_bytes_deleted']} bytes)"
+    )
     say(f"report: {out['report']}")
     if args.json:
         print(json.dumps(out))

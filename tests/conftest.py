@@ -43,7 +43,8 @@ class MotoServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.s3_server", "-H", "127.0.0.1", "-p", str(self.port)],
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -39,7 +39,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from xml.sax.saxutils import escape
 
 KINDS = (
-    "slowdown_503", "error_500", "reset_before", "reset_after", "error_500_after", "slow",
+    "slowdown_503",
+    "error_500",
+    "reset_before",
+    "reset_after",
+    "error_500_after",
+    "slow",
     "delete_key_errors",
 )
 
@@ -143,8 +148,7 @@ class S3FaultProxy:
         server.proxy = self
         self._server = server
         # A short poll interval: stop() waits up to one interval for serve_forever to notice.
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,),
-                                        name="s3-fault-proxy", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="s3-fault-proxy", daemon=True)
         self._thread.start()
         return self
 
@@ -174,8 +178,14 @@ class S3FaultProxy:
     # --- rules -------------------------------------------------------------------
 
     def add_rule(
-        self, kind: str, *, method: str | None = None, key_regex: str | None = None,
-        times: int | None = None, probability: float | None = None, delay_s: float = 0.0,
+        self,
+        kind: str,
+        *,
+        method: str | None = None,
+        key_regex: str | None = None,
+        times: int | None = None,
+        probability: float | None = None,
+        delay_s: float = 0.0,
     ) -> FaultRule:
         """Add a fault. ``key_regex`` is searched in the URL-decoded key (any key of a
         DeleteObjects body); ``delay_s`` is slept before the fault acts, whatever its kind."""
@@ -187,9 +197,14 @@ class S3FaultProxy:
             raise ValueError(f"probability must be within [0, 1], got {probability}")
         if kind == "slow" and delay_s <= 0:
             raise ValueError("a 'slow' rule needs delay_s > 0")
-        rule = FaultRule(kind, method.upper() if method else None,
-                         re.compile(key_regex) if key_regex is not None else None,
-                         times, probability, delay_s)
+        rule = FaultRule(
+            kind,
+            method.upper() if method else None,
+            re.compile(key_regex) if key_regex is not None else None,
+            times,
+            probability,
+            delay_s,
+        )
         with self._lock:
             self._rules.append(rule)
         return rule
@@ -220,9 +235,11 @@ class S3FaultProxy:
 
 def _error_xml(code: str, message: str) -> bytes:
     rid = uuid.uuid4().hex[:16].upper()
-    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-            f"<Message>{escape(message)}</Message><RequestId>{rid}</RequestId>"
-            f"<HostId>s3-fault-proxy</HostId></Error>").encode()
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+        f"<Message>{escape(message)}</Message><RequestId>{rid}</RequestId>"
+        f"<HostId>s3-fault-proxy</HostId></Error>"
+    ).encode()
 
 
 def _b64(digest: bytes) -> str:
@@ -357,8 +374,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
-    def _forward(self, method: str, headers: list[tuple[str, str]], body: bytes
-                 ) -> tuple[int, str, list[tuple[str, str]], bytes] | None:
+    def _forward(
+        self, method: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, str, list[tuple[str, str]], bytes] | None:
         """Send the request upstream on a fresh connection (moto closes each one) and
         read the whole response; on failure answer 502 and return None."""
         conn = http.client.HTTPConnection(*self.upstream_addr, timeout=60)
@@ -416,8 +434,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile.close()  # drop the makefile() reference so close() really closes
         sock.close()
 
-    def _delete_with_errors(self, rule: FaultRule, headers: list[tuple[str, str]],
-                            objs: list[tuple[str, str | None]], quiet: bool) -> None:
+    def _delete_with_errors(
+        self, rule: FaultRule, headers: list[tuple[str, str]], objs: list[tuple[str, str | None]], quiet: bool
+    ) -> None:
         """Withhold the keys ``rule`` matches, forward the rest, report the withheld as
         per-key InternalError entries (S3 reports errors in Quiet mode too)."""
         withheld = [o for o in objs if rule.key_regex is None or rule.key_regex.search(o[0])]
@@ -441,7 +460,9 @@ class _Handler(BaseHTTPRequestHandler):
         ).encode()
         payload, n = re.subn(rb"</DeleteResult>\s*$", lambda m: errors + b"</DeleteResult>", payload)
         if not n:
-            payload = re.sub(rb"<DeleteResult([^>]*)/>", lambda m: b"<DeleteResult" + m.group(1) + b">"
-                             + errors + b"</DeleteResult>", payload)
+            payload = re.sub(
+                rb"<DeleteResult([^>]*)/>",
+                lambda m: b"<DeleteResult" + m.group(1) + b">" + errors + b"</DeleteResult>",
+                payload,
+            )
         self._relay(status, reason, rheaders, payload)
-

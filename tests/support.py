@@ -26,8 +26,15 @@ def produce_rounds(store, topic="t", partitions=3, rounds=3, per=50, advance=Tru
                 ce.advance()
             chunks = []
             for p in range(partitions):
-                recs = [Record(f"{topic}-{r}-{p}-{i}".encode() + bytes([i % 256]), f"k{i}".encode(), 1000 + i,
-                               (("round", str(r).encode()),)) for i in range(per)]
+                recs = [
+                    Record(
+                        f"{topic}-{r}-{p}-{i}".encode() + bytes([i % 256]),
+                        f"k{i}".encode(),
+                        1000 + i,
+                        (("round", str(r).encode()),),
+                    )
+                    for i in range(per)
+                ]
                 chunks.append(((topic, p), recs))
             for v, (_, recs) in zip(prod.write(chunks), chunks):
                 assert v.accepted, v.error
@@ -59,11 +66,26 @@ class Wrapped(ObjectStore):
     def __init__(self, inner: ObjectStore):
         self.inner, self.url = inner, inner.url
 
-    def get(self, k): return self.inner.get(k)
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)
-    def put(self, k, d): return self.inner.put(k, d)
-    def put_if_absent(self, k, d): return self.inner.put_if_absent(k, d)
-    def head(self, k): return self.inner.head(k)
-    def list(self, prefix="", start_after=None): return self.inner.list(prefix, start_after)
-    def list_level(self, prefix): return self.inner.list_level(prefix)
-    def _delete_batch(self, keys): return self.inner._delete_batch(keys)
+    def get(self, k):
+        return self.inner.get(k)
+
+    def get_range(self, k, s, n):
+        return self.inner.get_range(k, s, n)
+
+    def put(self, k, d):
+        return self.inner.put(k, d)
+
+    def put_if_absent(self, k, d):
+        return self.inner.put_if_absent(k, d)
+
+    def head(self, k):
+        return self.inner.head(k)
+
+    def list(self, prefix="", start_after=None):
+        return self.inner.list(prefix, start_after)
+
+    def list_level(self, prefix):
+        return self.inner.list_level(prefix)
+
+    def _delete_batch(self, keys):
+        return self.inner._delete_batch(keys)

@@ -47,8 +47,13 @@ def fail(message: str) -> None:
 def command(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--store``/``--json`` and turn every error into one line and exit 1."""
 
-    @click.option("--store", "store_url", default=default_store_url, show_default="$CTP_STORE or ~/.ctp/store",
-                  help="Store URL: file:///abs/path or s3://bucket/prefix.")
+    @click.option(
+        "--store",
+        "store_url",
+        default=default_store_url,
+        show_default="$CTP_STORE or ~/.ctp/store",
+        help="Store URL: file:///abs/path or s3://bucket/prefix.",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
     @wraps(fn)
     def wrapper(store_url: str, as_json: bool, **kwargs: Any) -> None:
@@ -150,8 +155,9 @@ def settings_options(cls: type[Any], only: list[str]) -> Callable[[Callable[...,
                 typ = click.IntRange(min=int(k.minimum) if k.minimum is not None else None)
             else:
                 typ = POSITIVE if k.above == 0 else SECONDS if k.minimum == 0 else float
-            fn = click.option(o.flag, o.name, type=typ, default=o.default, show_default=o.default is not None,
-                              help=k.help)(fn)
+            fn = click.option(
+                o.flag, o.name, type=typ, default=o.default, show_default=o.default is not None, help=k.help
+            )(fn)
         return fn
 
     return deco
@@ -180,11 +186,19 @@ def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, 
     from ctp_state.topics import create_topic
 
     repaired: list[dict[str, Any]] = []
-    t = create_topic(store, name, partitions, exist_ok=exist_ok,
-                     on_repair=lambda p, what: repaired.append({"partition": p, "repair": what}))
+    t = create_topic(
+        store,
+        name,
+        partitions,
+        exist_ok=exist_ok,
+        on_repair=lambda p, what: repaired.append({"partition": p, "repair": what}),
+    )
     lines = [f"repaired {t.name}/{r['partition']}: {r['repair']}" for r in repaired]
-    emit(as_json, {"topic": t.name, "partitions": t.partitions, "repaired": repaired},
-         "\n".join(lines + [f"created topic {t.name} with {t.partitions} partitions in {store.url}"]))
+    emit(
+        as_json,
+        {"topic": t.name, "partitions": t.partitions, "repaired": repaired},
+        "\n".join(lines + [f"created topic {t.name} with {t.partitions} partitions in {store.url}"]),
+    )
 
 
 @topic.command("list")
@@ -197,8 +211,11 @@ def topic_list(store: ObjectStore, as_json: bool) -> None:
     table = Table("topic", "partitions", "created")
     for t in topics:
         table.add_row(t.name, str(t.partitions), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t.created_ms / 1000)))
-    emit(as_json, [{"topic": t.name, "partitions": t.partitions, "created_ms": t.created_ms} for t in topics],
-         table if topics else "no topics")
+    emit(
+        as_json,
+        [{"topic": t.name, "partitions": t.partitions, "created_ms": t.created_ms} for t in topics],
+        table if topics else "no topics",
+    )
 
 
 # --- epoch ------------------------------------------------------------------------------
@@ -230,8 +247,13 @@ def epoch_advance(store: ObjectStore, as_json: bool) -> None:
 
 def _progress() -> Progress:
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=err_console, transient=False, disable=not err_console.is_terminal,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=False,
+        disable=not err_console.is_terminal,
     )
 
 
@@ -241,17 +263,31 @@ def _progress() -> Progress:
 @click.option("--topic", "topic_name", help="Topic for --generate.")
 @click.option("--records", type=COUNT, default=10_000, show_default=True, help="Records to generate.")
 @click.option("--value-size", type=COUNT, default=100, show_default=True, help="Bytes per generated value.")
-@click.option("--batch-records", type=AT_LEAST_1, default=5_000, show_default=True,
-              help="Records per flush (one L0 object each).")
+@click.option(
+    "--batch-records", type=AT_LEAST_1, default=5_000, show_default=True, help="Records per flush (one L0 object each)."
+)
 @click.option("--seed", type=int, default=None, help="Seed for --generate (repeatable data).")
-@click.option("--producer-id", default=None,
-              help="A name for the producer. For FILE the id is this name plus a digest of FILE's bytes (default: "
-                   "the digest alone), so running the same command again never duplicates and the same name with "
-                   "other bytes is another producer; to write a file twice on purpose, give a new name. For "
-                   "--generate the id itself (default: a fresh one).")
+@click.option(
+    "--producer-id",
+    default=None,
+    help="A name for the producer. For FILE the id is this name plus a digest of FILE's bytes (default: "
+    "the digest alone), so running the same command again never duplicates and the same name with "
+    "other bytes is another producer; to write a file twice on purpose, give a new name. For "
+    "--generate the id itself (default: a fresh one).",
+)
 @command
-def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool, topic_name: str | None,
-            records: int, value_size: int, batch_records: int, seed: int | None, producer_id: str | None) -> None:
+def produce(
+    store: ObjectStore,
+    as_json: bool,
+    file: str | None,
+    generate: bool,
+    topic_name: str | None,
+    records: int,
+    value_size: int,
+    batch_records: int,
+    seed: int | None,
+    producer_id: str | None,
+) -> None:
     """Produce records from a JSON-lines FILE ('-' for stdin) or with --generate.
 
     Each line: {"topic": ..., "partition": N, "value": "text" | "value_b64": "...",
@@ -277,31 +313,55 @@ def produce(store: ObjectStore, as_json: bool, file: str | None, generate: bool,
         if generate:
             with Producer(store, producer_id=producer_id) as producer:
                 report = ProduceReport(producer.producer_id)
-                send_batches(producer, generated_batches(store, topic_name, records, value_size, batch_records, seed),
-                             report, records, advance)
+                send_batches(
+                    producer,
+                    generated_batches(store, topic_name, records, value_size, batch_records, seed),
+                    report,
+                    records,
+                    advance,
+                )
         else:
             parsed, digest = _read_input(store, file)  # type: ignore[arg-type]
             progress.update(task, total=len(parsed))
-            report = produce_input(store, parsed, producer_id=input_producer_id(digest, producer_id), digest=digest,
-                                   batch_records=batch_records, on_progress=advance)
+            report = produce_input(
+                store,
+                parsed,
+                producer_id=input_producer_id(digest, producer_id),
+                digest=digest,
+                batch_records=batch_records,
+                on_progress=advance,
+            )
     seconds = time.monotonic() - started
     total = report.accepted + report.duplicates + report.rejected + report.unknown + report.not_sent
-    summary = {**report.as_dict(), "seconds": round(seconds, 3), "records_per_second": round(total / max(seconds, 1e-9))}
+    summary = {
+        **report.as_dict(),
+        "seconds": round(seconds, 3),
+        "records_per_second": round(total / max(seconds, 1e-9)),
+    }
     if report.completed_before is not None:
-        text = (f"already written: producer id {report.producer_id} completed this input before "
-                f"({report.completed_before.get('records')} records); nothing written")
+        text = (
+            f"already written: producer id {report.producer_id} completed this input before "
+            f"({report.completed_before.get('records')} records); nothing written"
+        )
     else:
-        text = (f"accepted {report.accepted} records"
-                + (f", {report.duplicates} already written (not written twice)" if report.duplicates else "")
-                + f", rejected {report.rejected}"
-                + (f", unknown {report.unknown}" if report.unknown else "")
-                + (f", not sent {report.not_sent}" if report.not_sent else "")
-                + f" in {seconds:.1f}s"
-                + (f" ({dict(report.rejected_by_reason)}; first: {report.first_error})"
-                   if report.rejected or report.unknown else ""))
+        text = (
+            f"accepted {report.accepted} records"
+            + (f", {report.duplicates} already written (not written twice)" if report.duplicates else "")
+            + f", rejected {report.rejected}"
+            + (f", unknown {report.unknown}" if report.unknown else "")
+            + (f", not sent {report.not_sent}" if report.not_sent else "")
+            + f" in {seconds:.1f}s"
+            + (
+                f" ({dict(report.rejected_by_reason)}; first: {report.first_error})"
+                if report.rejected or report.unknown
+                else ""
+            )
+        )
         if report.unknown or report.not_sent:
-            text += ("\nsome outcomes are unknown or records were not sent: run the same command again "
-                     f"(producer id {report.producer_id}); records already written are recognised and not written twice")
+            text += (
+                "\nsome outcomes are unknown or records were not sent: run the same command again "
+                f"(producer id {report.producer_id}); records already written are recognised and not written twice"
+            )
     emit(as_json, summary, text)
     if report.rejected:
         sys.exit(1)
@@ -356,14 +416,32 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
     if as_json:
         emit(True, {"cluster_epoch": c, "store": redact_url(store.url), "partitions": [encode(r) for r in rows]})
         return
-    table = Table("topic", "part", "window", "applied", "prev", "lower bound", "M(p)",
-                  "end offset", "lag entries/records/bytes", "writer epoch", title=f"cluster epoch {c}")
+    table = Table(
+        "topic",
+        "part",
+        "window",
+        "applied",
+        "prev",
+        "lower bound",
+        "M(p)",
+        "end offset",
+        "lag entries/records/bytes",
+        "writer epoch",
+        title=f"cluster epoch {c}",
+    )
     for r in rows:
         w = r.window
         table.add_row(
-            r.topic, str(r.partition), f"[{w[0]}, {w[1]}]" if w else "[]",
-            str(r.max_applied_epoch), str(r.previous_applied_epoch), str(r.min_epoch_lower_bound),
-            str(r.m), str(r.next_offset), f"{r.lag_entries}/{r.lag_records}/{r.lag_bytes}", str(r.writer_epoch),
+            r.topic,
+            str(r.partition),
+            f"[{w[0]}, {w[1]}]" if w else "[]",
+            str(r.max_applied_epoch),
+            str(r.previous_applied_epoch),
+            str(r.min_epoch_lower_bound),
+            str(r.m),
+            str(r.next_offset),
+            f"{r.lag_entries}/{r.lag_records}/{r.lag_bytes}",
+            str(r.writer_epoch),
         )
     emit(False, None, table if rows else "no partitions")
 
@@ -373,8 +451,12 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
 
 @main.command()
 @click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
-@click.option("--master", default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[*]"), show_default="local[*]",
-              help="Spark master.")
+@click.option(
+    "--master",
+    default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[*]"),
+    show_default="local[*]",
+    help="Spark master.",
+)
 @settings_options(ReconcileSettings, ["target_file_bytes", "max_bytes_per_partition", "idle_lag", "claim_wait_s"])
 @command
 def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master: str, **knobs: Any) -> None:
@@ -390,8 +472,9 @@ def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master
         def on_progress(stage: str, done: int, total: int) -> None:
             progress.update(task, description=f"{stage}", completed=done, total=total)
 
-        summary = reconcile_with_spark(store, settings, master=master, topics=list(topics) or None,
-                                       on_progress=on_progress)
+        summary = reconcile_with_spark(
+            store, settings, master=master, topics=list(topics) or None, on_progress=on_progress
+        )
     if as_json:
         emit(True, encode(summary))
     else:
@@ -414,8 +497,9 @@ def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master
 @click.option("--from", "from_offset", type=COUNT, default=0, show_default=True, help="First offset.")
 @click.option("--limit", type=COUNT, default=None, help="At most this many records.")
 @command
-def read(store: ObjectStore, as_json: bool, topic_name: str, partition: int, from_offset: int,
-         limit: int | None) -> None:
+def read(
+    store: ObjectStore, as_json: bool, topic_name: str, partition: int, from_offset: int, limit: int | None
+) -> None:
     """Print a partition's records from an offset, across L1 and not-yet-reconciled L0,
     one JSON object per line.
 
@@ -450,22 +534,30 @@ def read(store: ObjectStore, as_json: bool, topic_name: str, partition: int, fro
 
 
 def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option("--report-dir", type=click.Path(file_okay=False), default=None,
-                      help="Where the GX project, Data Docs and the GC summary page go "
-                           "[default: $CTP_REPORT_DIR or ./ctp-report].")(fn)
+    fn = click.option(
+        "--report-dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Where the GX project, Data Docs and the GC summary page go [default: $CTP_REPORT_DIR or ./ctp-report].",
+    )(fn)
     return settings_options(GcSettings, ["grace_s", "l1_grace_s"])(fn)
 
 
 @main.command()
 @settings_options(GcSettings, ["dry_run", "max_deletes", "in_flight"])
 @click.option("--publish-report", is_flag=True, help="Also copy the report into the store under reports/gc/.")
-@click.option("--verify", "verify_first", is_flag=True,
-              help="Run `ctp verify` first (every checksum and reference; slow); any error stops the GC.")
+@click.option(
+    "--verify",
+    "verify_first",
+    is_flag=True,
+    help="Run `ctp verify` first (every checksum and reference; slow); any error stops the GC.",
+)
 @settings_options(GcSettings, ["l1_full_sweep_s", "tmp_grace_s"])
 @_gc_options
 @command
-def gc(store: ObjectStore, as_json: bool, publish_report: bool, verify_first: bool, report_dir: str | None,
-       **knobs: Any) -> None:
+def gc(
+    store: ObjectStore, as_json: bool, publish_report: bool, verify_first: bool, report_dir: str | None, **knobs: Any
+) -> None:
     """Garbage-collect L0 objects with epoch <= M, behind the Great Expectations gate.
 
     Reads C, then every partition; M = min(C - 1, min M(p)); runs the checkpoint (M
@@ -483,8 +575,10 @@ def gc(store: ObjectStore, as_json: bool, publish_report: bool, verify_first: bo
         for f in checked.errors:
             click.echo(f"  {f.severity}: {f.where}: {f.what}" + (f" [{f.key}]" if f.key else ""), err=True)
         if not checked.ok:
-            fail(f"verify found {len(checked.errors)} problem(s), nothing deleted; first: "
-                 f"{checked.errors[0].where}: {checked.errors[0].what}")
+            fail(
+                f"verify found {len(checked.errors)} problem(s), nothing deleted; first: "
+                f"{checked.errors[0].where}: {checked.errors[0].what}"
+            )
     report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env(os.environ)
     with _progress() as progress:
         task = progress.add_task("reading partitions", total=None)
@@ -504,21 +598,29 @@ def gc(store: ObjectStore, as_json: bool, publish_report: bool, verify_first: bo
         emit(True, {**encode(rec), "report": out.report, "data_docs": out.docs, "published_files": out.published})
     else:
         if rec.dry_run:
-            click.echo(f"dry run: would delete {rec.would_delete} L0 objects ({rec.would_delete_bytes} bytes) "
-                       f"and {rec.l1_orphans} L1 orphans ({rec.l1_orphan_bytes} bytes); nothing deleted")
+            click.echo(
+                f"dry run: would delete {rec.would_delete} L0 objects ({rec.would_delete_bytes} bytes) "
+                f"and {rec.l1_orphans} L1 orphans ({rec.l1_orphan_bytes} bytes); nothing deleted"
+            )
         else:
-            click.echo(f"deleted {rec.deleted} L0 objects ({rec.deleted_bytes} bytes) and "
-                       f"{rec.l1_orphans_deleted} L1 orphans; {rec.delete_errors} failed")
-        click.echo(f"M = {rec.m} (C = {rec.cluster_epoch}, {rec.partitions} partitions); "
-                   f"listed {rec.listed}, too young {rec.skipped_too_young}; run {rec.seq} in {rec.seconds}s")
+            click.echo(
+                f"deleted {rec.deleted} L0 objects ({rec.deleted_bytes} bytes) and "
+                f"{rec.l1_orphans_deleted} L1 orphans; {rec.delete_errors} failed"
+            )
+        click.echo(
+            f"M = {rec.m} (C = {rec.cluster_epoch}, {rec.partitions} partitions); "
+            f"listed {rec.listed}, too young {rec.skipped_too_young}; run {rec.seq} in {rec.seconds}s"
+        )
         for h in rec.held_by[:10]:
             click.echo(f"  held at M by {h.where}: {'; '.join(h.reasons)}")
         if rec.held_by_count > 10:
             click.echo(f"  ... and {rec.held_by_count - 10} more")
         click.echo(f"report: {out.report}")
     if rec.status == "partial":
-        fail(f"{rec.delete_errors} L0 object(s) and {rec.l1_delete_errors} L1 file(s) failed to "
-             f"delete after retries (e.g. {next(iter(rec.failed_keys), '?')}); the next run retries them")
+        fail(
+            f"{rec.delete_errors} L0 object(s) and {rec.l1_delete_errors} L1 file(s) failed to "
+            f"delete after retries (e.g. {next(iter(rec.failed_keys), '?')}); the next run retries them"
+        )
 
 
 @main.command(name="validate")
@@ -535,8 +637,10 @@ def validate_cmd(store: ObjectStore, as_json: bool, report_dir: str | None, **kn
         emit(True, encode(v))
     else:
         st = v.statistics
-        click.echo(f"{'passed' if v.success else 'FAILED'}: {st.get('successful', 0)}/{st.get('evaluated', 0)} "
-                   f"expectations; M = {v.m} (C = {v.cluster_epoch}, {v.partitions} partitions)")
+        click.echo(
+            f"{'passed' if v.success else 'FAILED'}: {st.get('successful', 0)}/{st.get('evaluated', 0)} "
+            f"expectations; M = {v.m} (C = {v.cluster_epoch}, {v.partitions} partitions)"
+        )
         for f in v.failures:
             click.echo(f"  failed: {f}")
         click.echo(f"data docs: {v.docs}")
@@ -561,18 +665,25 @@ def verify(store: ObjectStore, as_json: bool, topics: tuple[str, ...], no_object
         validate.topic_name(name)
     with _progress() as progress:
         task = progress.add_task("verifying partitions", total=None)
-        report = run_verify(store, topics or None, check_objects=not no_objects, deep=deep,
-                            on_progress=lambda d, t: progress.update(task, completed=d, total=t))
+        report = run_verify(
+            store,
+            topics or None,
+            check_objects=not no_objects,
+            deep=deep,
+            on_progress=lambda d, t: progress.update(task, completed=d, total=t),
+        )
     if as_json:
         emit(True, report.to_json())
     else:
         for f in report.findings:
             click.echo(f"{f.severity}: {f.where}: {f.what}" + (f" [{f.key}]" if f.key else ""))
         n = len(report.partitions)
-        click.echo(f"checked {n} partitions ({sum(p.entries for p in report.partitions)} entries, "
-                   f"{sum(p.l0_checked for p in report.partitions)} L0 chunks, "
-                   f"{sum(p.l1_checked for p in report.partitions)} L1 files): "
-                   f"{len(report.errors)} errors, {len(report.findings) - len(report.errors)} warnings")
+        click.echo(
+            f"checked {n} partitions ({sum(p.entries for p in report.partitions)} entries, "
+            f"{sum(p.l0_checked for p in report.partitions)} L0 chunks, "
+            f"{sum(p.l1_checked for p in report.partitions)} L1 files): "
+            f"{len(report.errors)} errors, {len(report.findings) - len(report.errors)} warnings"
+        )
     if not report.ok:
         first = report.errors[0]
         fail(f"{len(report.errors)} problem(s), first: {first.where}: {first.what}")
@@ -586,13 +697,26 @@ def verify(store: ObjectStore, as_json: bool, topics: tuple[str, ...], no_object
 @click.option("--partitions", type=AT_LEAST_1, default=8, show_default=True)
 @click.option("--rounds", type=AT_LEAST_1, default=4, show_default=True, help="Epoch advances, one flush each.")
 @click.option("--records", type=COUNT, default=20_000, show_default=True, help="Records per round.")
-@click.option("--master", default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[2]"), show_default="local[2]",
-              help="Spark master for the reconcile step.")
+@click.option(
+    "--master",
+    default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[2]"),
+    show_default="local[2]",
+    help="Spark master for the reconcile step.",
+)
 @click.option("--no-reconcile", is_flag=True, help="Skip the Spark reconcile step.")
 @click.option("--no-gc", is_flag=True, help="Skip the GC step.")
 @command
-def demo(store: ObjectStore, as_json: bool, topic_name: str, partitions: int, rounds: int, records: int,
-         master: str, no_reconcile: bool, no_gc: bool) -> None:
+def demo(
+    store: ObjectStore,
+    as_json: bool,
+    topic_name: str,
+    partitions: int,
+    rounds: int,
+    records: int,
+    master: str,
+    no_reconcile: bool,
+    no_gc: bool,
+) -> None:
     """Run the end-to-end flow on this store and print what happened."""
     from ctp_state.cli.demo import run_demo
 
@@ -611,8 +735,16 @@ def demo(store: ObjectStore, as_json: bool, topic_name: str, partitions: int, ro
             raise out.error
         return out.record, out.report
 
-    summary = run_demo(store, topic=topic_name, partitions=partitions, rounds=rounds, records_per_round=records,
-                       say=say, reconcile=None if no_reconcile else reconcile, gc=None if no_gc else gc)
+    summary = run_demo(
+        store,
+        topic=topic_name,
+        partitions=partitions,
+        rounds=rounds,
+        records_per_round=records,
+        say=say,
+        reconcile=None if no_reconcile else reconcile,
+        gc=None if no_gc else gc,
+    )
     if as_json:
         emit(True, summary)
     else:

@@ -62,23 +62,29 @@ def run_demo(
         # A producer whose cached epoch is two advances old is refused, and told so (I4).
         stale = epochs.current() - 2
         verdict = producer.write([((t.name, 0), [Record(b"late")])], epoch=max(1, stale))[0]
-        say(f"a producer with stale epoch {stale}: "
-            + ("accepted" if verdict.accepted else f"rejected ({verdict.reason}): {verdict.error}"))
+        say(
+            f"a producer with stale epoch {stale}: "
+            + ("accepted" if verdict.accepted else f"rejected ({verdict.reason}): {verdict.error}")
+        )
     reconciled: ReconcileSummary | None = None
     if reconcile is not None:
         say("running the Spark reconciler ...")
         reconciled = reconcile()
-        say(f"reconciled {reconciled.records} records into {reconciled.l1_files} L1 files "
+        say(
+            f"reconciled {reconciled.records} records into {reconciled.l1_files} L1 files "
             f"({reconciled.l0_bytes} L0 bytes -> {reconciled.l1_bytes} Parquet bytes) in "
-            f"{reconciled.seconds}s; quarantined: {reconciled.partitions_quarantined}")
+            f"{reconciled.seconds}s; quarantined: {reconciled.partitions_quarantined}"
+        )
         if not reconciled.ok:
             raise RuntimeError("the demo's reconcile did not succeed; see the run summary under runs/reconcile/")
         from ctp_state.read import read_partition
 
         total = sum(read_partition(store, t.name, p).num_rows for p in range(t.partitions))
         expected = sum(s.next_offset for s in read_states(store, [t]))
-        say(f"read back {total} records across L1 and L0 (expected {expected}): "
-            + ("every record exactly once" if total == expected else "MISMATCH"))
+        say(
+            f"read back {total} records across L1 and L0 (expected {expected}): "
+            + ("every record exactly once" if total == expected else "MISMATCH")
+        )
         if total != expected:
             raise RuntimeError(f"read back {total} records, the logs hold {expected}")
     collected: GcRecord | None = None
@@ -86,12 +92,16 @@ def run_demo(
     if gc is not None:
         dry, _ = gc(True)
         stats = dry.gate.statistics if dry.gate else {}
-        say(f"GC dry run: M = {dry.m} (C = {dry.cluster_epoch}); would delete {dry.would_delete} L0 "
+        say(
+            f"GC dry run: M = {dry.m} (C = {dry.cluster_epoch}); would delete {dry.would_delete} L0 "
             f"objects ({dry.would_delete_bytes} bytes); Great Expectations gate: "
-            f"{stats.get('successful')}/{stats.get('evaluated')} passed")
+            f"{stats.get('successful')}/{stats.get('evaluated')} passed"
+        )
         collected, report = gc(False)
-        say(f"GC: deleted {collected.deleted} L0 objects ({collected.deleted_bytes} bytes) at or below "
-            f"M = {collected.m}; {collected.l1_orphans_deleted} L1 orphans")
+        say(
+            f"GC: deleted {collected.deleted} L0 objects ({collected.deleted_bytes} bytes) at or below "
+            f"M = {collected.m}; {collected.l1_orphans_deleted} L1 orphans"
+        )
         if reconcile is not None:
             from ctp_state.read import read_partition
 
@@ -110,24 +120,33 @@ def run_demo(
         "cluster_epoch": c,
         "records_produced": produced,
         "stale_write_rejected": not verdict.accepted,
-        "reconcile": None if reconciled is None else {
-            k: v for k, v in encode(reconciled).items() if k != "partitions"},
+        "reconcile": None if reconciled is None else {k: v for k, v in encode(reconciled).items() if k != "partitions"},
         "m_if_gc_ran_now": m,
-        "gc": None if collected is None else {
-            "m": collected.m, "cluster_epoch": collected.cluster_epoch, "deleted": collected.deleted,
-            "deleted_bytes": collected.deleted_bytes, "l1_orphans_deleted": collected.l1_orphans_deleted,
-            "report": report, "status": collected.status},
+        "gc": None
+        if collected is None
+        else {
+            "m": collected.m,
+            "cluster_epoch": collected.cluster_epoch,
+            "deleted": collected.deleted,
+            "deleted_bytes": collected.deleted_bytes,
+            "l1_orphans_deleted": collected.l1_orphans_deleted,
+            "report": report,
+            "status": collected.status,
+        },
         "lag_records": sum(s.lag_records for s in states),
         "seconds": round(time.monotonic() - started, 2),
         "partitions": [encode(s) for s in states],
     }
-    say(f"cluster epoch {c}; {summary['lag_records']} records await the reconciler; "
-        f"M = min(C-1, M(p)) = {m}: L0 objects with epoch <= {m} are garbage")
+    say(
+        f"cluster epoch {c}; {summary['lag_records']} records await the reconciler; "
+        f"M = min(C-1, M(p)) = {m}: L0 objects with epoch <= {m} are garbage"
+    )
     return summary
 
 
-def generate(store: ObjectStore, topic_name: str | None, n: int, value_size: int, batch: int,
-             seed: int | None) -> Iterator[list[tuple[tuple[str, int], list[Record]]]]:
+def generate(
+    store: ObjectStore, topic_name: str | None, n: int, value_size: int, batch: int, seed: int | None
+) -> Iterator[list[tuple[tuple[str, int], list[Record]]]]:
     """Synthetic records for ``ctp produce --generate``: ``n`` values of ``value_size``
     random bytes spread round-robin over the topic's partitions, ``batch`` at a time."""
     from ctp_state.topics import get_topic
@@ -145,6 +164,7 @@ def generate(store: ObjectStore, topic_name: str | None, n: int, value_size: int
         for j in range(i, min(n, i + batch)):
             value = rng.randbytes(value_size)
             chunks[(t.name, j % t.partitions)].append(
-                Record(value, f"key-{j}".encode(), now, (("source", b"ctp-generate"),)))
+                Record(value, f"key-{j}".encode(), now, (("source", b"ctp-generate"),))
+            )
         i = min(n, i + batch)
         yield sorted(chunks.items())

@@ -11,9 +11,15 @@ from ctp_state.settings import ReconcileSettings
 from ctp_state.storage import ObjectStore
 
 
-def reconcile_with_spark(store: ObjectStore, settings: ReconcileSettings, *, master: str,
-                         topics: Sequence[str] | None = None, app_name: str = "ctp-reconcile",
-                         on_progress: Callable[[str, int, int], None] | None = None) -> Any:
+def reconcile_with_spark(
+    store: ObjectStore,
+    settings: ReconcileSettings,
+    *,
+    master: str,
+    topics: Sequence[str] | None = None,
+    app_name: str = "ctp-reconcile",
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> Any:
     """One reconcile run with its L1 files built by Spark on ``master``; returns the summary."""
     from spark_apps import reconcile as app
 
@@ -21,7 +27,12 @@ def reconcile_with_spark(store: ObjectStore, settings: ReconcileSettings, *, mas
     try:
         kw: dict[str, Any] = {"on_progress": on_progress} if on_progress else {}
         # store.url reopens the same store in the Spark workers
-        return run_reconcile(store, topics=topics, config=settings,
-                             map_files=app.spark_map_files(spark, store.url, settings.compression), **kw)
+        return run_reconcile(
+            store,
+            topics=topics,
+            config=settings,
+            map_files=app.spark_map_files(spark, store.url, settings.compression),
+            **kw,
+        )
     finally:
         spark.stop()

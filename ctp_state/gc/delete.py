@@ -70,10 +70,19 @@ def backoff_delay(attempt: int, base_s: float, cap_s: float) -> float:
     return float(min(cap_s, base_s * (2**attempt)))
 
 
-def scan_prefix(store: ObjectStore, prefix: str, m: int, *, lister: ObjectStore | None = None,
-                limiter: Aimd | None = None,
-                max_attempts: int = 10, throttle_attempts: int = 60, backoff_s: float = 0.1,
-                max_backoff_s: float = 2.0, sleep: Callable[[float], None] = time.sleep) -> Scan:
+def scan_prefix(
+    store: ObjectStore,
+    prefix: str,
+    m: int,
+    *,
+    lister: ObjectStore | None = None,
+    limiter: Aimd | None = None,
+    max_attempts: int = 10,
+    throttle_attempts: int = 60,
+    backoff_s: float = 0.1,
+    max_backoff_s: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Scan:
     """List one spread prefix in epoch order up to M.
 
     A listing that fails part way (a throttle, a reset connection) resumes after the
@@ -142,16 +151,24 @@ def check_epoch_dirs(store: ObjectStore, prefix: str) -> None:
     if stray:
         raise CorruptData(stray[0].key, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0")
     for d in dirs:
-        name = d[len(prefix):].rstrip("/")
+        name = d[len(prefix) :].rstrip("/")
         if len(name) != 18 or not name.isdigit() or not name.isascii():
             first = next(iter(store.list(d)), None)
-            raise CorruptData(first.key if first else d,
-                              "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0")
+            raise CorruptData(
+                first.key if first else d, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0"
+            )
 
 
-def plan_l0_deletes(store: ObjectStore, m: int, *, now_s: float, grace_s: float = 0.0,
-                    threads: int = 8, counters: GcCounters | None = None,
-                    bulk: ObjectStore | None = None) -> tuple[list[ObjectInfo], GcCounters]:
+def plan_l0_deletes(
+    store: ObjectStore,
+    m: int,
+    *,
+    now_s: float,
+    grace_s: float = 0.0,
+    threads: int = 8,
+    counters: GcCounters | None = None,
+    bulk: ObjectStore | None = None,
+) -> tuple[list[ObjectInfo], GcCounters]:
     """Everything under the L0 root with epoch <= ``m`` and older than ``grace_s``.
 
     Listing happens before any delete, so an unparseable key stops the run with nothing
@@ -190,7 +207,7 @@ def spread_of(key: str) -> str:
     if key.startswith(layout.L0_ROOT):
         cut = key.find("/", len(layout.L0_ROOT))
         if cut > 0:
-            return key[:cut + 1]
+            return key[: cut + 1]
     return key.rsplit("/", 1)[0] + "/" if "/" in key else ""
 
 
@@ -235,7 +252,8 @@ def delete_objects(
     sizes = {o.key: o.size for o in objects}
     ordered = sorted(sizes, key=spread_of)  # stable: keeps listing order inside a prefix
     queue: deque[_Job] = deque(
-        _Job(ordered[i:i + MAX_DELETE_BATCH], n) for n, i in enumerate(range(0, len(ordered), MAX_DELETE_BATCH)))
+        _Job(ordered[i : i + MAX_DELETE_BATCH], n) for n, i in enumerate(range(0, len(ordered), MAX_DELETE_BATCH))
+    )
     limiter = limiter or Aimd(max(1, in_flight))
     cond = threading.Condition()
     active = [0]
@@ -293,12 +311,23 @@ def delete_objects(
             finished = len(res.deleted)
             if throttled:
                 c.throttled += 1
-                finished += again(throttled, job.throttles + 1 >= throttle_attempts,
-                                  _Job(list(throttled), job.index, job.errors, job.throttles + 1, now))
+                finished += again(
+                    throttled,
+                    job.throttles + 1 >= throttle_attempts,
+                    _Job(list(throttled), job.index, job.errors, job.throttles + 1, now),
+                )
             if failed:
-                finished += again(failed, job.errors + 1 >= max_attempts,
-                                  _Job(list(failed), job.index, job.errors + 1, job.throttles,
-                                       now + backoff_delay(job.errors, backoff_s, max_backoff_s)))
+                finished += again(
+                    failed,
+                    job.errors + 1 >= max_attempts,
+                    _Job(
+                        list(failed),
+                        job.index,
+                        job.errors + 1,
+                        job.throttles,
+                        now + backoff_delay(job.errors, backoff_s, max_backoff_s),
+                    ),
+                )
             done[0] += finished
             if finished:
                 on_progress(done[0], len(sizes))

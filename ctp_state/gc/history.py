@@ -40,21 +40,23 @@ HISTORY_HINT = HISTORY_PREFIX + "hint"
 PARTITIONS_PREFIX = layout.GC_PARTITIONS
 PASSED = GcRecord.PASSED
 
-PARTITION_SCHEMA = pa.schema([
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("source", pa.string()),  # "log" or "summary"
-    ("m", pa.int64()),
-    ("min_epoch_lower_bound", pa.int64()),
-    ("previous_applied_epoch", pa.int64()),
-    ("max_applied_epoch", pa.int64()),
-    ("last_reconciled_offset", pa.int64()),
-    ("log_end_offset", pa.int64()),
-    ("lag_entries", pa.int64()),
-    ("lag_bytes", pa.int64()),
-    ("l1_swept_through", pa.int64()),  # every L1 key whose first offset <= this is resolved
-    ("l1_swept_log_end", pa.int64()),  # log end offset when the sweep last looked
-])
+PARTITION_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("source", pa.string()),  # "log" or "summary"
+        ("m", pa.int64()),
+        ("min_epoch_lower_bound", pa.int64()),
+        ("previous_applied_epoch", pa.int64()),
+        ("max_applied_epoch", pa.int64()),
+        ("last_reconciled_offset", pa.int64()),
+        ("log_end_offset", pa.int64()),
+        ("lag_entries", pa.int64()),
+        ("lag_bytes", pa.int64()),
+        ("l1_swept_through", pa.int64()),  # every L1 key whose first offset <= this is resolved
+        ("l1_swept_log_end", pa.int64()),  # log end offset when the sweep last looked
+    ]
+)
 
 
 def record_key(seq: int) -> str:
@@ -78,8 +80,9 @@ class GcHistory:
     def get(self, seq: int) -> GcRecord:
         return self.seq.get(seq)
 
-    def tail(self, n: int, last: int | None = None, *,
-             unreadable: list[tuple[int, str]] | None = None) -> list[GcRecord]:
+    def tail(
+        self, n: int, last: int | None = None, *, unreadable: list[tuple[int, str]] | None = None
+    ) -> list[GcRecord]:
         """The newest ``n`` records, oldest first. With ``unreadable`` a record that does
         not read (checksum, version) is skipped and reported there as ``(seq, why)``
         instead of raising: one damaged record must not stop every later GC run."""
@@ -117,8 +120,9 @@ class GcHistory:
 
     def read_partitions(self, key: str) -> list[GcPartitionView]:
         """A run's partition view, one typed row per partition."""
-        rows: list[GcPartitionView] = records.convert(list[GcPartitionView], self.read_partition_table(key).to_pylist(),
-                                                      key)
+        rows: list[GcPartitionView] = records.convert(
+            list[GcPartitionView], self.read_partition_table(key).to_pylist(), key
+        )
         return rows
 
 

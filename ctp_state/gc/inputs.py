@@ -58,9 +58,24 @@ class PartitionView:
 
     @classmethod
     def of_state(cls, s: sm.PartitionState) -> PartitionView:
-        return cls(s.topic, s.partition, "log", s.initialized, s.min_epoch_lower_bound, s.previous_applied_epoch,
-                   s.max_applied_epoch, s.last_reconciled_offset, s.applied_offset + 1, s.lag_entries,
-                   s.lag_records, s.lag_bytes, s.holders, s.min_pending_epoch, s.l1_ends, s.l1_crcs)
+        return cls(
+            s.topic,
+            s.partition,
+            "log",
+            s.initialized,
+            s.min_epoch_lower_bound,
+            s.previous_applied_epoch,
+            s.max_applied_epoch,
+            s.last_reconciled_offset,
+            s.applied_offset + 1,
+            s.lag_entries,
+            s.lag_records,
+            s.lag_bytes,
+            s.holders,
+            s.min_pending_epoch,
+            s.l1_ends,
+            s.l1_crcs,
+        )
 
 
 def newest_summary(store: ObjectStore) -> ReconcileSummary | None:
@@ -90,8 +105,11 @@ def quarantined_of(summary: ReconcileSummary | None) -> dict[tuple[str, int], tu
     """The partitions the summary quarantined: (topic, partition) -> (L0 key, reason)."""
     if summary is None:
         return {}
-    return {(p.topic, p.partition): (p.key, p.reason or "quarantined")
-            for p in summary.partitions if p.status == "quarantined"}
+    return {
+        (p.topic, p.partition): (p.key, p.reason or "quarantined")
+        for p in summary.partitions
+        if p.status == "quarantined"
+    }
 
 
 def m_digest(views: list[PartitionView]) -> str:

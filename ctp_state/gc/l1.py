@@ -46,20 +46,22 @@ from ctp_state.l1 import parse_l1
 from ctp_state.state import L1Ref
 from ctp_state.storage import ObjectInfo, ObjectStore
 
-L1_CHECK_SCHEMA = pa.schema([
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("key", pa.string()),
-    ("first_offset", pa.int64()),
-    ("last_offset", pa.int64()),
-    ("expected_first_offset", pa.int64()),  # previous file's last offset + 1
-    ("span", pa.int64()),  # last - first + 1
-    ("rows", pa.int64()),
-    ("distinct_offsets", pa.int64()),
-    ("min_offset", pa.int64()),
-    ("max_offset", pa.int64()),
-    ("checksums_ok", pa.bool_()),  # the file is there and passed its CRC32C, page checksums and schema
-])
+L1_CHECK_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("key", pa.string()),
+        ("first_offset", pa.int64()),
+        ("last_offset", pa.int64()),
+        ("expected_first_offset", pa.int64()),  # previous file's last offset + 1
+        ("span", pa.int64()),  # last - first + 1
+        ("rows", pa.int64()),
+        ("distinct_offsets", pa.int64()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),
+        ("checksums_ok", pa.bool_()),  # the file is there and passed its CRC32C, page checksums and schema
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -151,21 +153,38 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
 def _check_row(store: ObjectStore, inp: SweepInput, ref: L1Ref, prev_last: int) -> dict[str, Any]:
     """One newly committed L1 file, as the gate sees it: read whole and checked (its L0
     sources are about to be deleted: the L1 copy must read first), offsets counted."""
-    row = {"topic": inp.topic, "partition": inp.partition, "key": ref.key, "first_offset": ref.first,
-           "last_offset": ref.last, "expected_first_offset": prev_last + 1, "span": ref.last - ref.first + 1,
-           "rows": None, "distinct_offsets": None, "min_offset": None, "max_offset": None, "checksums_ok": False}
+    row = {
+        "topic": inp.topic,
+        "partition": inp.partition,
+        "key": ref.key,
+        "first_offset": ref.first,
+        "last_offset": ref.last,
+        "expected_first_offset": prev_last + 1,
+        "span": ref.last - ref.first + 1,
+        "rows": None,
+        "distinct_offsets": None,
+        "min_offset": None,
+        "max_offset": None,
+        "checksums_ok": False,
+    }
     try:
         offs = parse_l1(store.get(ref.key), ref.key, ref.crc32c).column("offset").combine_chunks()
     except (CorruptData, ObjectNotFound):  # damaged, or gone: the gate fails on checksums_ok
         return row
     mm = pc.min_max(offs)
-    row.update(rows=len(offs), distinct_offsets=pc.count_distinct(offs).as_py(),
-               min_offset=mm["min"].as_py(), max_offset=mm["max"].as_py(), checksums_ok=True)
+    row.update(
+        rows=len(offs),
+        distinct_offsets=pc.count_distinct(offs).as_py(),
+        min_offset=mm["min"].as_py(),
+        max_offset=mm["max"].as_py(),
+        checksums_ok=True,
+    )
     return row
 
 
-def sweep(store: ObjectStore, inputs: Sequence[SweepInput], *, now_s: float, grace_s: float,
-          threads: int = 16) -> list[SweepResult]:
+def sweep(
+    store: ObjectStore, inputs: Sequence[SweepInput], *, now_s: float, grace_s: float, threads: int = 16
+) -> list[SweepResult]:
     if not inputs:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(inputs)))) as pool:

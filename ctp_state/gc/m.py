@@ -49,8 +49,15 @@ def compute_m(
     missing = [s for s in states if not s.initialized]
     if missing:
         unfinished = tuple(
-            Holdback(s.topic, s.partition, None, ("partition has no init entry: topic creation is unfinished "
-                                                  "(run `ctp topic create` again); collection waits",))
+            Holdback(
+                s.topic,
+                s.partition,
+                None,
+                (
+                    "partition has no init entry: topic creation is unfinished "
+                    "(run `ctp topic create` again); collection waits",
+                ),
+            )
             for s in missing
         )
         return MDecision(cluster_epoch, None, unfinished, len(states))
@@ -67,8 +74,9 @@ def compute_m(
             key, why = quarantined[(s.topic, s.partition)]
             reasons.append(f"quarantined: {why}" + (f" (L0 key {key})" if key else ""))
         if s.lag_entries:
-            reasons.append(f"reconciler lag: {s.lag_entries} placeholders, {s.lag_records} records, "
-                           f"{s.lag_bytes} bytes")
+            reasons.append(
+                f"reconciler lag: {s.lag_entries} placeholders, {s.lag_records} records, {s.lag_bytes} bytes"
+            )
         for h in s.holders:
             if h.lease_until_ms <= now_ms:
                 reasons.append(f"stuck claim: {h.owner} ({h.mode.value}) lease ran out at {h.lease_until_ms} ms")

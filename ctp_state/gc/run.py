@@ -49,6 +49,7 @@ from ctp_state.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class GateResult:
     success: bool
@@ -86,9 +87,13 @@ class Prepared:
     last_full_sweep_ms: int | None = None  # when the last completed full sweep started
 
 
-def prepare(store: ObjectStore, config: GcSettings = GcSettings(), *,
-            on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
-            clock: Callable[[], float] = time.time) -> Prepared:
+def prepare(
+    store: ObjectStore,
+    config: GcSettings = GcSettings(),
+    *,
+    on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
+    clock: Callable[[], float] = time.time,
+) -> Prepared:
     """Steps 1-3: read, compute M, sweep L1 (listing only), build the gate's tables."""
     started_ms = int(clock() * 1000)
     run_id = f"{started_ms}-{uuid.uuid4().hex[:8]}"
@@ -128,12 +133,16 @@ def prepare(store: ObjectStore, config: GcSettings = GcSettings(), *,
         break
     if ref:
         now = {(v.topic, v.partition) for v in views}
-        gone = [(r.topic, r.partition, f"the GC run {ref.seq} saw this partition, the topic "
-                 "metadata no longer lists it") for r in pt if (r.topic, r.partition) not in now]
+        gone = [
+            (r.topic, r.partition, f"the GC run {ref.seq} saw this partition, the topic metadata no longer lists it")
+            for r in pt
+            if (r.topic, r.partition) not in now
+        ]
         if gone:
             raise StateUnreadable(gone)
-        previous_lb = {(r.topic, r.partition): r.min_epoch_lower_bound for r in pt
-                       if r.min_epoch_lower_bound is not None}
+        previous_lb = {
+            (r.topic, r.partition): r.min_epoch_lower_bound for r in pt if r.min_epoch_lower_bound is not None
+        }
         watermarks = {(r.topic, r.partition): (r.l1_swept_through, r.l1_swept_log_end) for r in pt}
 
     # Every partition's new committed L1 files are checked (their L0 sources may go this
@@ -147,10 +156,22 @@ def prepare(store: ObjectStore, config: GcSettings = GcSettings(), *,
             continue
         w, log_end = watermarks.get((v.topic, v.partition), (-1, -1))
         collect = not any(h.lease_until_ms > started_ms for h in v.holders) and (
-            not config.sweep_topics or v.topic in config.sweep_topics)
-        inputs.append(gc_l1.SweepInput(v.topic, v.partition, v.last_reconciled_offset, v.log_end_offset, w, log_end,
-                                       v.l1_after(w), collect, full,
-                                       frozenset(r.key for r in v.l1_after(-1)) if full else frozenset()))
+            not config.sweep_topics or v.topic in config.sweep_topics
+        )
+        inputs.append(
+            gc_l1.SweepInput(
+                v.topic,
+                v.partition,
+                v.last_reconciled_offset,
+                v.log_end_offset,
+                w,
+                log_end,
+                v.l1_after(w),
+                collect,
+                full,
+                frozenset(r.key for r in v.l1_after(-1)) if full else frozenset(),
+            )
+        )
     on_progress("l1-check", 0, len(inputs))
     sweeps = gc_l1.sweep(store, inputs, now_s=clock(), grace_s=config.l1_grace_s)
     on_progress("l1-check", len(inputs), len(inputs))
@@ -158,14 +179,38 @@ def prepare(store: ObjectStore, config: GcSettings = GcSettings(), *,
     new_marks.update({(s.topic, s.partition): (s.swept_through, s.swept_log_end) for s in sweeps})
 
     frames = {
-        "gc_history": history_table(tail, {"seq": last + 1, "m": decision.m, "cluster_epoch": c,
-                                           "m_high_water_before": hw_before, "started_ms": started_ms,
-                                           "run_id": run_id}),
+        "gc_history": history_table(
+            tail,
+            {
+                "seq": last + 1,
+                "m": decision.m,
+                "cluster_epoch": c,
+                "m_high_water_before": hw_before,
+                "started_ms": started_ms,
+                "run_id": run_id,
+            },
+        ),
         "partition_state": state_table(views, previous_lb, decision.m),
         "l1_files": gc_l1.check_table(sweeps),
     }
-    return Prepared(run_id, started_ms, history, last, hw_before, c, views, decision, summary_used, sweeps,
-                    watermarks, new_marks, frames, skipped, full, last_full)
+    return Prepared(
+        run_id,
+        started_ms,
+        history,
+        last,
+        hw_before,
+        c,
+        views,
+        decision,
+        summary_used,
+        sweeps,
+        watermarks,
+        new_marks,
+        frames,
+        skipped,
+        full,
+        last_full,
+    )
 
 
 def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
@@ -177,19 +222,25 @@ def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
         failures.append(f"backstop: candidate M={m} is below the highest recorded M={hw}")
     for row in p.frames["l1_files"].to_pylist():  # I2: the L1 copy reads before its L0 sources go
         if row.get("checksums_ok") is False:
-            failures.append(f"backstop: L1 file {row['key']} is missing or fails its checks "
-                            "(CRC32C as committed, page checksums, schema)")
+            failures.append(
+                f"backstop: L1 file {row['key']} is missing or fails its checks "
+                "(CRC32C as committed, page checksums, schema)"
+            )
     if m is not None:  # I1, independently of the lower bounds that gave M
         low = [v for v in p.views if v.min_pending_epoch is not None and v.min_pending_epoch <= m]
         for v in low[:10]:
-            failures.append(f"backstop: {v.topic}/{v.partition} has a pending placeholder at epoch "
-                            f"{v.min_pending_epoch} <= M={m} (I1: its L0 object must not be deleted)")
+            failures.append(
+                f"backstop: {v.topic}/{v.partition} has a pending placeholder at epoch "
+                f"{v.min_pending_epoch} <= M={m} (I1: its L0 object must not be deleted)"
+            )
     if m is None and not failures:
         failures.append("M is null: " + "; ".join(r for h in p.decision.held_by for r in h.reasons)[:300])
     return result, failures
 
 
-def validate(store: ObjectStore, gate: Gate, config: GcSettings = GcSettings(), **kw: Any) -> tuple[GateResult, list[str], Prepared]:
+def validate(
+    store: ObjectStore, gate: Gate, config: GcSettings = GcSettings(), **kw: Any
+) -> tuple[GateResult, list[str], Prepared]:
     """The checkpoint alone (``ctp validate``): nothing is listed for deletion, deleted
     or recorded."""
     p = prepare(store, config, **kw)
@@ -215,16 +266,28 @@ def run_gc(
         raise
     decision, history = p.decision, p.history
     base: dict[str, Any] = {
-        "run_id": p.run_id, "started_ms": p.started_ms, "dry_run": config.dry_run, "cluster_epoch": p.cluster_epoch,
-        "m": decision.m, "m_high_water_before": p.m_high_water_before, "partitions": len(p.views),
-        "summary_run_id": p.summary_used, "m_digest": m_digest(p.views),
+        "run_id": p.run_id,
+        "started_ms": p.started_ms,
+        "dry_run": config.dry_run,
+        "cluster_epoch": p.cluster_epoch,
+        "m": decision.m,
+        "m_high_water_before": p.m_high_water_before,
+        "partitions": len(p.views),
+        "summary_run_id": p.summary_used,
+        "m_digest": m_digest(p.views),
         "history_skipped": tuple(HistorySkip(seq=seq, why=why) for seq, why in p.history_skipped),
-        "held_by": tuple(held_by(h) for h in decision.held_by[:20]), "held_by_count": len(decision.held_by),
+        "held_by": tuple(held_by(h) for h in decision.held_by[:20]),
+        "held_by_count": len(decision.held_by),
         "config": {"grace_s": config.grace_s, "l1_grace_s": config.l1_grace_s, "max_deletes": config.max_deletes},
     }
 
-    def finish(status: str, extra: dict[str, Any], *, with_view: bool,
-               marks: dict[tuple[str, int], tuple[int, int]] | None = None) -> GcRecord:
+    def finish(
+        status: str,
+        extra: dict[str, Any],
+        *,
+        with_view: bool,
+        marks: dict[tuple[str, int], tuple[int, int]] | None = None,
+    ) -> GcRecord:
         def make(seq: int) -> GcRecord:
             nonlocal status
             finished_ms = int(clock() * 1000)
@@ -233,24 +296,45 @@ def run_gc(
             # M (it read newer states), this run's lower M must not become the reference,
             # or the history would decrease: it is recorded as superseded. Its deletes were
             # at or below its own M, so below the other's: safe.
-            if status in PASSED and any(r.passed and (r.m if r.m is not None else -1) > (
-                    decision.m if decision.m is not None else -1) for r in between):
+            if status in PASSED and any(
+                r.passed and (r.m if r.m is not None else -1) > (decision.m if decision.m is not None else -1)
+                for r in between
+            ):
                 status = "superseded"
             passed_now = status in PASSED and decision.m is not None
-            hw = max([x for x in (p.m_high_water_before, high_water(between), decision.m if passed_now else None)
-                      if x is not None], default=None)
-            view = history.write_partitions(seq, partition_view_table(
-                p.views, marks if marks is not None else p.watermarks)) if with_view else None
-            return GcRecord(**base, **extra, status=status, finished_ms=finished_ms,
-                            seconds=round((finished_ms - p.started_ms) / 1000, 3), m_high_water=hw,
-                            partitions_key=view)
+            hw = max(
+                [
+                    x
+                    for x in (p.m_high_water_before, high_water(between), decision.m if passed_now else None)
+                    if x is not None
+                ],
+                default=None,
+            )
+            view = (
+                history.write_partitions(
+                    seq, partition_view_table(p.views, marks if marks is not None else p.watermarks)
+                )
+                if with_view
+                else None
+            )
+            return GcRecord(
+                **base,
+                **extra,
+                status=status,
+                finished_ms=finished_ms,
+                seconds=round((finished_ms - p.started_ms) / 1000, 3),
+                m_high_water=hw,
+                partitions_key=view,
+            )
+
         return history.append(make)
 
     on_progress("gate", 0, 1)
     result, failures = check(p, gate)
     on_progress("gate", 1, 1)
-    gate_info = {"gate": GateInfo(success=not failures, statistics=result.statistics, failures=tuple(failures),
-                                  docs=result.docs)}
+    gate_info = {
+        "gate": GateInfo(success=not failures, statistics=result.statistics, failures=tuple(failures), docs=result.docs)
+    }
     if failures:
         finish("gate_failed", gate_info, with_view=False)
         raise GateFailed(failures, result.statistics, result.docs)
@@ -258,32 +342,55 @@ def run_gc(
     counters = GcCounters()
     l1_orphans = [o for s in p.sweeps for o in s.orphans]
     l1_info: dict[str, Any] = {
-        "l1_listed": sum(s.listed for s in p.sweeps), "l1_new_files_checked": sum(len(s.new_files) for s in p.sweeps),
-        "l1_orphans": len(l1_orphans), "l1_orphan_bytes": sum(o.size for o in l1_orphans),
+        "l1_listed": sum(s.listed for s in p.sweeps),
+        "l1_new_files_checked": sum(len(s.new_files) for s in p.sweeps),
+        "l1_orphans": len(l1_orphans),
+        "l1_orphan_bytes": sum(o.size for o in l1_orphans),
         "l1_young_skipped": sum(s.young for s in p.sweeps),
         "l1_partitions_unchanged": sum(1 for s in p.sweeps if s.skipped),
-        "l1_full_sweep": p.full_sweep, "l1_full_sweep_ms": p.last_full_sweep_ms}
+        "l1_full_sweep": p.full_sweep,
+        "l1_full_sweep_ms": p.last_full_sweep_ms,
+    }
     bulk = store.bulk()  # listing and deletes pace themselves (AIMD per spread prefix)
     try:
         on_progress("list", 0, 1)
-        todo, counters = plan_l0_deletes(store, decision.m, now_s=clock(), grace_s=config.grace_s,  # type: ignore[arg-type]
-                                         threads=config.list_threads, counters=counters, bulk=bulk)
+        assert decision.m is not None  # a null M failed the gate above
+        todo, counters = plan_l0_deletes(
+            store,
+            decision.m,
+            now_s=clock(),
+            grace_s=config.grace_s,
+            threads=config.list_threads,
+            counters=counters,
+            bulk=bulk,
+        )
         on_progress("list", 1, 1)
         limited = 0
         if config.max_deletes is not None and len(todo) > config.max_deletes:
             todo.sort(key=lambda o: (layout.parse_l0_key(o.key)[1], o.key))  # lowest epochs first
             limited = len(todo) - config.max_deletes
             todo = todo[: config.max_deletes]
-        plan = {"would_delete": len(todo), "would_delete_bytes": sum(o.size for o in todo),
-                "skipped_max_deletes": limited}
+        plan = {
+            "would_delete": len(todo),
+            "would_delete_bytes": sum(o.size for o in todo),
+            "skipped_max_deletes": limited,
+        }
         if config.dry_run:
             return finish("dry_run", {**gate_info, **_counts(counters), **plan, **l1_info}, with_view=True)
-        delete_objects(bulk, todo, counters=counters, in_flight=config.in_flight,
-                       on_progress=lambda d, t: on_progress("delete", d, t))
+        delete_objects(
+            bulk,
+            todo,
+            counters=counters,
+            in_flight=config.in_flight,
+            on_progress=lambda d, t: on_progress("delete", d, t),
+        )
         l1_res = delete_objects(bulk, l1_orphans, in_flight=config.in_flight)
-        l1_info.update(l1_orphans_deleted=l1_res.deleted, l1_orphan_bytes_deleted=l1_res.deleted_bytes,
-                       l1_delete_errors=l1_res.delete_errors,
-                       tmp_deleted=store.sweep_temporary(config.tmp_grace_s, clock()))
+        l1_info.update(
+            l1_orphans_deleted=l1_res.deleted,
+            l1_orphan_bytes_deleted=l1_res.deleted_bytes,
+            l1_delete_errors=l1_res.delete_errors,
+            tmp_deleted=store.sweep_temporary(config.tmp_grace_s, clock()),
+        )
     except CtpError as e:
         try:
             finish("failed", {**gate_info, **_counts(counters), **l1_info, "error": str(e)}, with_view=False)
@@ -301,21 +408,35 @@ def run_gc(
     status = "partial" if counters.delete_errors or l1_res.delete_errors else "ok"
     if p.full_sweep and not l1_res.delete_errors:  # a full sweep counts once every orphan it found went
         l1_info["l1_full_sweep_ms"] = p.started_ms
-    return finish(status, {**gate_info, **_counts(counters), **plan, **l1_info}, with_view=True,
-                  marks=p.new_marks if not l1_res.delete_errors else None)
+    return finish(
+        status,
+        {**gate_info, **_counts(counters), **plan, **l1_info},
+        with_view=True,
+        marks=p.new_marks if not l1_res.delete_errors else None,
+    )
 
 
-def _record_unreadable(store: ObjectStore, config: GcSettings, e: StateUnreadable,
-                       clock: Callable[[], float]) -> None:
+def _record_unreadable(store: ObjectStore, config: GcSettings, e: StateUnreadable, clock: Callable[[], float]) -> None:
     """Put a run that could not read every partition on record: which ones, and why."""
     now = int(clock() * 1000)
-    held = tuple(HeldBy(topic=t, partition=p, m=None, reasons=(f"state cannot be read: {why}",))
-                 for t, p, why in e.problems[:20])
+    held = tuple(
+        HeldBy(topic=t, partition=p, m=None, reasons=(f"state cannot be read: {why}",)) for t, p, why in e.problems[:20]
+    )
     history = GcHistory(store)
     tail = history.tail(1, unreadable=[])
-    rec = GcRecord(run_id=f"{now}-unreadable", started_ms=now, finished_ms=now, seconds=0.0, dry_run=config.dry_run,
-                   status="failed", error=str(e), m=None, m_high_water=high_water(tail), held_by=held,
-                   held_by_count=len(e.problems))
+    rec = GcRecord(
+        run_id=f"{now}-unreadable",
+        started_ms=now,
+        finished_ms=now,
+        seconds=0.0,
+        dry_run=config.dry_run,
+        status="failed",
+        error=str(e),
+        m=None,
+        m_high_water=high_water(tail),
+        held_by=held,
+        held_by_count=len(e.problems),
+    )
     try:
         history.append(lambda seq: rec)
     except CtpError as err:  # the run stays failed either way; say so in the log
@@ -323,9 +444,19 @@ def _record_unreadable(store: ObjectStore, config: GcSettings, e: StateUnreadabl
 
 
 def _counts(c: GcCounters) -> dict[str, Any]:
-    return {"listed": c.listed, "deleted": c.deleted, "deleted_bytes": c.deleted_bytes,
-            "skipped_above_m": c.skipped_above_m, "skipped_too_young": c.skipped_too_young,
-            "list_errors": c.list_errors, "delete_errors": c.delete_errors, "delete_retries": c.delete_retries,
-            "list_retries": c.list_retries, "throttled": c.throttled, "lowest_delete_limit": round(c.lowest_limit, 2),
-            "min_epoch_seen": c.min_epoch_seen, "max_epoch_seen": c.max_epoch_seen,
-            "failed_keys": dict(list(c.failed_keys.items())[:20])}
+    return {
+        "listed": c.listed,
+        "deleted": c.deleted,
+        "deleted_bytes": c.deleted_bytes,
+        "skipped_above_m": c.skipped_above_m,
+        "skipped_too_young": c.skipped_too_young,
+        "list_errors": c.list_errors,
+        "delete_errors": c.delete_errors,
+        "delete_retries": c.delete_retries,
+        "list_retries": c.list_retries,
+        "throttled": c.throttled,
+        "lowest_delete_limit": round(c.lowest_limit, 2),
+        "min_epoch_seen": c.min_epoch_seen,
+        "max_epoch_seen": c.max_epoch_seen,
+        "failed_keys": dict(list(c.failed_keys.items())[:20]),
+    }

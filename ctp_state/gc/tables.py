@@ -14,45 +14,93 @@ if TYPE_CHECKING:
     from ctp_state.gc.inputs import PartitionView
 
 
-HISTORY_SCHEMA = pa.schema([
-    ("seq", pa.int64()), ("candidate", pa.bool_()), ("status", pa.string()), ("m", pa.int64()),
-    ("cluster_epoch", pa.int64()), ("m_high_water_before", pa.int64()), ("started_ms", pa.int64()),
-    ("run_id", pa.string()),
-])
-STATE_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("source", pa.string()),
-    ("min_epoch_lower_bound", pa.int64()), ("previous_min_epoch_lower_bound", pa.int64()),
-    ("previous_applied_epoch", pa.int64()), ("max_applied_epoch", pa.int64()),
-    ("min_pending_epoch", pa.int64()), ("candidate_m", pa.int64()),
-])
+HISTORY_SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("candidate", pa.bool_()),
+        ("status", pa.string()),
+        ("m", pa.int64()),
+        ("cluster_epoch", pa.int64()),
+        ("m_high_water_before", pa.int64()),
+        ("started_ms", pa.int64()),
+        ("run_id", pa.string()),
+    ]
+)
+STATE_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("source", pa.string()),
+        ("min_epoch_lower_bound", pa.int64()),
+        ("previous_min_epoch_lower_bound", pa.int64()),
+        ("previous_applied_epoch", pa.int64()),
+        ("max_applied_epoch", pa.int64()),
+        ("min_pending_epoch", pa.int64()),
+        ("candidate_m", pa.int64()),
+    ]
+)
 
 
 def history_table(tail: list[GcRecord], candidate: dict[str, Any]) -> pa.Table:
     """The passing runs of ``tail`` and this run's ``candidate`` row (seq, m, cluster
     epoch, high water before, started, run id)."""
-    rows = [{"seq": r.seq, "candidate": False, "status": r.status, "m": r.m, "cluster_epoch": r.cluster_epoch,
-             "m_high_water_before": r.m_high_water_before, "started_ms": r.started_ms, "run_id": r.run_id}
-            for r in tail if r.passed]
+    rows = [
+        {
+            "seq": r.seq,
+            "candidate": False,
+            "status": r.status,
+            "m": r.m,
+            "cluster_epoch": r.cluster_epoch,
+            "m_high_water_before": r.m_high_water_before,
+            "started_ms": r.started_ms,
+            "run_id": r.run_id,
+        }
+        for r in tail
+        if r.passed
+    ]
     rows.append({**candidate, "candidate": True, "status": "candidate"})
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 
 
 def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int], m: int | None = None) -> pa.Table:
-    return pa.Table.from_pylist([
-        {"topic": v.topic, "partition": v.partition, "source": v.source,
-         "min_epoch_lower_bound": v.min_epoch_lower_bound,
-         "previous_min_epoch_lower_bound": previous.get((v.topic, v.partition)),
-         "previous_applied_epoch": v.previous_applied_epoch, "max_applied_epoch": v.max_applied_epoch,
-         "min_pending_epoch": v.min_pending_epoch, "candidate_m": m}
-        for v in views], schema=STATE_SCHEMA)
+    return pa.Table.from_pylist(
+        [
+            {
+                "topic": v.topic,
+                "partition": v.partition,
+                "source": v.source,
+                "min_epoch_lower_bound": v.min_epoch_lower_bound,
+                "previous_min_epoch_lower_bound": previous.get((v.topic, v.partition)),
+                "previous_applied_epoch": v.previous_applied_epoch,
+                "max_applied_epoch": v.max_applied_epoch,
+                "min_pending_epoch": v.min_pending_epoch,
+                "candidate_m": m,
+            }
+            for v in views
+        ],
+        schema=STATE_SCHEMA,
+    )
 
 
 def partition_view_table(views: list[PartitionView], sweeps: dict[tuple[str, int], tuple[int, int]]) -> pa.Table:
-    return pa.Table.from_pylist([
-        {"topic": v.topic, "partition": v.partition, "source": v.source, "m": v.m,
-         "min_epoch_lower_bound": v.min_epoch_lower_bound, "previous_applied_epoch": v.previous_applied_epoch,
-         "max_applied_epoch": v.max_applied_epoch, "last_reconciled_offset": v.last_reconciled_offset,
-         "log_end_offset": v.log_end_offset, "lag_entries": v.lag_entries, "lag_bytes": v.lag_bytes,
-         "l1_swept_through": sweeps.get((v.topic, v.partition), (-1, -1))[0],
-         "l1_swept_log_end": sweeps.get((v.topic, v.partition), (-1, -1))[1]}
-        for v in views], schema=PARTITION_SCHEMA)
+    return pa.Table.from_pylist(
+        [
+            {
+                "topic": v.topic,
+                "partition": v.partition,
+                "source": v.source,
+                "m": v.m,
+                "min_epoch_lower_bound": v.min_epoch_lower_bound,
+                "previous_applied_epoch": v.previous_applied_epoch,
+                "max_applied_epoch": v.max_applied_epoch,
+                "last_reconciled_offset": v.last_reconciled_offset,
+                "log_end_offset": v.log_end_offset,
+                "lag_entries": v.lag_entries,
+                "lag_bytes": v.lag_bytes,
+                "l1_swept_through": sweeps.get((v.topic, v.partition), (-1, -1))[0],
+                "l1_swept_log_end": sweeps.get((v.topic, v.partition), (-1, -1))[1],
+            }
+            for v in views
+        ],
+        schema=PARTITION_SCHEMA,
+    )

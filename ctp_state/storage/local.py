@@ -88,8 +88,10 @@ class LocalStore(ObjectStore):
                     break
                 except FileNotFoundError:
                     if not os.path.exists(tmp):  # nothing was written under the key
-                        raise StoreError(f"writing {key!r}: its temporary file was removed before it was linked "
-                                         "(by a temporary-file sweep with a very short age?)") from None
+                        raise StoreError(
+                            f"writing {key!r}: its temporary file was removed before it was linked "
+                            "(by a temporary-file sweep with a very short age?)"
+                        ) from None
                     # The parent directory is missing, or a concurrent delete pruned it
                     # between makedirs and link: recreate and try again.
                     os.makedirs(os.path.dirname(dst), exist_ok=True)

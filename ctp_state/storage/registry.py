@@ -44,6 +44,7 @@ def open_store(url: str, env: Mapping[str, str]) -> ObjectStore:
     opener = _opener(parsed.scheme)
     if opener is None:
         known = " or ".join(f"{s}://" for s in sorted({*SCHEMES, *_OPENERS}))
-        raise ConfigError(f"unsupported store URL {redact_url(url)!r}: use {known} "
-                          "(file:///absolute/path, s3://bucket/prefix)")
+        raise ConfigError(
+            f"unsupported store URL {redact_url(url)!r}: use {known} (file:///absolute/path, s3://bucket/prefix)"
+        )
     return opener(parsed, url, env)

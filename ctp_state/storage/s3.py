@@ -126,8 +126,10 @@ class S3Store(ObjectStore):
             except self._ClientError as e:
                 raise self._fail("LIST", prefix or "/", e) from None
             dirs.extend(p["Prefix"][n:] for p in page.get("CommonPrefixes", ()))
-            files.extend(ObjectInfo(o["Key"][n:], int(o["Size"]), o["LastModified"].timestamp())
-                         for o in page.get("Contents", ()))
+            files.extend(
+                ObjectInfo(o["Key"][n:], int(o["Size"]), o["LastModified"].timestamp())
+                for o in page.get("Contents", ())
+            )
             if not page.get("IsTruncated"):
                 return dirs, files
             kwargs["ContinuationToken"] = page["NextContinuationToken"]

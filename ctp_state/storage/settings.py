@@ -38,8 +38,9 @@ class S3Settings:
         except ValueError:
             raise ConfigError(f"CTP_S3_MAX_ATTEMPTS must be an integer, got {attempts!r}") from None
         if max_attempts < 1:
-            raise ConfigError(f"CTP_S3_MAX_ATTEMPTS must be >= 1 (attempts per request, the first included), "
-                              f"got {max_attempts}")
+            raise ConfigError(
+                f"CTP_S3_MAX_ATTEMPTS must be >= 1 (attempts per request, the first included), got {max_attempts}"
+            )
         return cls(
             endpoint_url=pick("CTP_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
             region=pick("CTP_S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1",

@@ -46,23 +46,39 @@ def airflow_env(tmp_path, airflow_db, store_url) -> dict[str, str]:
     credentials reach the DAGs only through the Variable ``ctp_store`` and the
     connection ``ctp_s3``, as in a deployment; nothing S3 is in the plain environment."""
     url, s3 = store_url
-    drop = {"CTP_STORE", "CTP_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
-            "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "CTP_FAULT"}
+    drop = {
+        "CTP_STORE",
+        "CTP_S3_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_DEFAULT_REGION",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_SESSION_TOKEN",
+        "CTP_FAULT",
+    }
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("AIRFLOW")}
-    env.update({
-        "PATH": BIN + os.pathsep + env.get("PATH", ""),
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_db,
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "CTP_REPORT_DIR": str(tmp_path / "report"),
-    })
+    env.update(
+        {
+            "PATH": BIN + os.pathsep + env.get("PATH", ""),
+            "AIRFLOW_HOME": str(tmp_path / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_db,
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "CTP_REPORT_DIR": str(tmp_path / "report"),
+        }
+    )
     if s3:
         env["AIRFLOW_VAR_CTP_STORE"] = url
-        env["AIRFLOW_CONN_CTP_S3"] = json.dumps({
-            "conn_type": "aws", "login": s3["AWS_ACCESS_KEY_ID"], "password": s3["AWS_SECRET_ACCESS_KEY"],
-            "extra": {"endpoint_url": s3["CTP_S3_ENDPOINT_URL"], "region_name": s3["AWS_DEFAULT_REGION"]}})
+        env["AIRFLOW_CONN_CTP_S3"] = json.dumps(
+            {
+                "conn_type": "aws",
+                "login": s3["AWS_ACCESS_KEY_ID"],
+                "password": s3["AWS_SECRET_ACCESS_KEY"],
+                "extra": {"endpoint_url": s3["CTP_S3_ENDPOINT_URL"], "region_name": s3["AWS_DEFAULT_REGION"]},
+            }
+        )
     else:
         env["CTP_STORE"] = url
     os.makedirs(env["AIRFLOW_HOME"], exist_ok=True)
@@ -70,5 +86,6 @@ def airflow_env(tmp_path, airflow_db, store_url) -> dict[str, str]:
 
 
 def airflow(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([os.path.join(BIN, "airflow"), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [os.path.join(BIN, "airflow"), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )

@@ -13,9 +13,23 @@ from tests.airflow.conftest import REPO, use_postgres
 
 
 def test_the_three_dags_run_end_to_end(airflow_env, store, tmp_path):
-    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "run_dags.py"), "--rounds", "3",
-                        "--records", "3000", "--partitions", "4", "--json"],
-                       env=airflow_env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "scripts", "run_dags.py"),
+            "--rounds",
+            "3",
+            "--records",
+            "3000",
+            "--partitions",
+            "4",
+            "--json",
+        ],
+        env=airflow_env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     log = os.path.join(airflow_env["AIRFLOW_HOME"], "dag-runs.log")
     assert r.returncode == 0, r.stderr[-3000:] + (open(log).read()[-5000:] if os.path.exists(log) else "")
     out = json.loads(r.stdout.strip().splitlines()[-1])

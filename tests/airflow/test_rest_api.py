@@ -38,8 +38,15 @@ class AirflowProcesses:
     def start(self, *args: str) -> None:
         out = open(os.path.join(self.logs, f"{args[0]}.log"), "wb")
         # Own session per process, so stopping it stops its children (task runners) too.
-        self.procs.append(subprocess.Popen([os.path.join(BIN, "airflow"), *args], env=self.env, stdout=out,
-                                           stderr=subprocess.STDOUT, start_new_session=True))
+        self.procs.append(
+            subprocess.Popen(
+                [os.path.join(BIN, "airflow"), *args],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
 
     def tail(self) -> str:
         out = []
@@ -71,14 +78,16 @@ def test_trigger_the_gc_dag_with_dry_run_through_the_rest_api(airflow_env, store
     l0_before = {o.key for o in store.list(layout.L0_ROOT)}
 
     port = free_port()
-    env = {**airflow_env,
-           "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-           "AIRFLOW__CORE__PARALLELISM": "4",
-           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-           "AIRFLOW__API_AUTH__JWT_SECRET": "ctp-test-jwt-secret-with-enough-length",
-           "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-           "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1"}
+    env = {
+        **airflow_env,
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "ctp-test-jwt-secret-with-enough-length",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+    }
     with open(os.path.join(env["AIRFLOW_HOME"], "simple_auth_manager_passwords.json.generated"), "w") as f:
         json.dump({"admin": PASSWORD}, f)
     r = airflow(env, "db", "migrate")
@@ -104,15 +113,20 @@ def test_trigger_the_gc_dag_with_dry_run_through_the_rest_api(airflow_env, store
             raise AssertionError(f"timed out waiting for {what}\n{procs.tail()}")
 
         wait_for("the API server", lambda: requests.get(f"{base}/api/v2/monitor/health", timeout=5).ok)
-        token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": PASSWORD},
-                              timeout=10).json()["access_token"]
+        token = requests.post(
+            f"{base}/auth/token", json={"username": "admin", "password": PASSWORD}, timeout=10
+        ).json()["access_token"]
         h = {"Authorization": f"Bearer {token}"}
         assert requests.get(f"{base}/api/v2/dags", timeout=10).status_code == 401  # no token, no access
         wait_for("the GC DAG to be parsed", lambda: requests.get(f"{base}/api/v2/dags/ctp_gc", headers=h, timeout=5).ok)
         r = requests.patch(f"{base}/api/v2/dags/ctp_gc", headers=h, json={"is_paused": False}, timeout=10)
         assert r.ok, r.text
-        r = requests.post(f"{base}/api/v2/dags/ctp_gc/dagRuns", headers=h,
-                          json={"logical_date": None, "conf": {"dry_run": True, "verify": True}}, timeout=10)
+        r = requests.post(
+            f"{base}/api/v2/dags/ctp_gc/dagRuns",
+            headers=h,
+            json={"logical_date": None, "conf": {"dry_run": True, "verify": True}},
+            timeout=10,
+        )
         assert r.ok, r.text
         run_id = r.json()["dag_run_id"]
 
@@ -123,7 +137,11 @@ def test_trigger_the_gc_dag_with_dry_run_through_the_rest_api(airflow_env, store
         assert wait_for("the GC DAG run", finished, timeout=300, every=2) == "success", procs.tail()
         tis = requests.get(f"{base}/api/v2/dags/ctp_gc/dagRuns/{run_id}/taskInstances", headers=h, timeout=10).json()
         assert {t["task_id"]: t["state"] for t in tis["task_instances"]} == {
-            "gate": "success", "verify": "success", "collect": "success", "report": "success"}
+            "gate": "success",
+            "verify": "success",
+            "collect": "success",
+            "report": "success",
+        }
     finally:
         procs.stop()
     rec = GcHistory(store).tail(1)[0]

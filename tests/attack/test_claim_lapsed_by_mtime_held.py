@@ -29,7 +29,7 @@ def test_a_reconciler_named_lapsed_mid_run_is_fenced_and_nothing_is_doubled(stor
     recs = [Record(f"r{i}".encode(), None, 1000 + i) for i in range(20)]
     with Producer(store, epoch_ttl_s=0) as prod:
         for i in range(0, 20, 5):
-            assert prod.write([(("t", 0), recs[i:i + 5])])[0].accepted
+            assert prod.write([(("t", 0), recs[i : i + 5])])[0].accepted
     built = threading.Event()
     go_on = threading.Event()
 

@@ -41,12 +41,22 @@ def test_two_ctp_produce_processes_on_the_same_file_store_each_record_once(fstor
     create_topic(store, "t", 2)
     n = 60
     path = tmp_path / "in.jsonl"
-    path.write_text("".join(json.dumps({"topic": "t", "partition": i % 2, "value": f"v{i}"}) + "\n"
-                            for i in range(n)))
-    cmd = [sys.executable, "-m", "ctp_state.cli", "produce", str(path), "--batch-records", "3",
-           "--store", store.url, "--json"]
-    procs = [subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    path.write_text("".join(json.dumps({"topic": "t", "partition": i % 2, "value": f"v{i}"}) + "\n" for i in range(n)))
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctp_state.cli",
+        "produce",
+        str(path),
+        "--batch-records",
+        "3",
+        "--store",
+        store.url,
+        "--json",
+    ]
+    procs = [
+        subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     codes = [p.returncode for p in procs]
     summaries = [json.loads(o) for o, _ in outs if o.strip()]
@@ -68,8 +78,14 @@ run_reconcile(open_store(sys.argv[1], os.environ), config=ReconcileSettings(leas
 
 
 def _crashed_reconcile(store, fault):
-    p = subprocess.run([sys.executable, "-c", RECONCILE, store.url], env=_env(CTP_FAULT=fault),
-                       start_new_session=True, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", RECONCILE, store.url],
+        env=_env(CTP_FAULT=fault),
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == -9, (p.returncode, p.stderr[-800:])
 
 

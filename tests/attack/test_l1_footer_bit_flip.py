@@ -32,8 +32,10 @@ from ctp_state.topics import create_topic
 from ctp_state.verify import verify
 from tests.attack.helpers import l0_keys
 
-RECORDS = [Record(f"value-{i}".encode(), f"k{i}".encode(), 1_700_000_000_000 + i, (("trace", f"id-{i}".encode()),))
-           for i in range(5)]
+RECORDS = [
+    Record(f"value-{i}".encode(), f"k{i}".encode(), 1_700_000_000_000 + i, (("trace", f"id-{i}".encode()),))
+    for i in range(5)
+]
 
 
 def _footer_span(data: bytes) -> tuple[int, int]:
@@ -82,7 +84,8 @@ EXPECTED = [(r.key, r.value, [(k, v) for k, v in r.headers]) for r in RECORDS]
 
 def test_a_flipped_bit_in_a_header_field_name_is_never_served_once_l0_is_gone(store, gate):
     v, _l1 = _committed_and_collected(
-        store, gate, lambda d: _flip_schema_name(d, b"element", b"value"))  # headers.element.value
+        store, gate, lambda d: _flip_schema_name(d, b"element", b"value")
+    )  # headers.element.value
     l0_gone = v.l0_key not in l0_keys(store)
     try:
         served = _as_produced(read_partition(store, "t", 0))
@@ -96,7 +99,8 @@ def test_a_flipped_bit_in_a_header_field_name_is_never_served_once_l0_is_gone(st
 
 def test_a_flipped_bit_in_a_column_name_never_leaves_records_unreadable(store, gate):
     v, _l1 = _committed_and_collected(
-        store, gate, lambda d: _flip_schema_name(d, b"key", b"value"))  # the top-level value column
+        store, gate, lambda d: _flip_schema_name(d, b"key", b"value")
+    )  # the top-level value column
     l0_gone = v.l0_key not in l0_keys(store)
     try:
         served = _as_produced(read_partition(store, "t", 0))

@@ -37,8 +37,12 @@ def test_timestamps_at_the_bounds_round_trip_through_l1(fstore, tmp_path):
     store = fstore
     create_topic(store, "t", 1)
     path = tmp_path / "in.jsonl"
-    path.write_text("".join(json.dumps({"topic": "t", "partition": 0, "value": f"v{ts}", "timestamp": ts}) + "\n"
-                            for ts in (0, MAX_TIMESTAMP_MS)))
+    path.write_text(
+        "".join(
+            json.dumps({"topic": "t", "partition": 0, "value": f"v{ts}", "timestamp": ts}) + "\n"
+            for ts in (0, MAX_TIMESTAMP_MS)
+        )
+    )
     out = _produce([str(path)], store.url)
     assert out.exit_code == 0, out.output
     bad = tmp_path / "bad.jsonl"
@@ -69,8 +73,7 @@ def test_two_runs_of_one_file_one_seeing_an_unknown_outcome(fstore, tmp_path, mo
     store = fstore
     create_topic(store, "t", 2)
     path = tmp_path / "in.jsonl"
-    path.write_text("".join(json.dumps({"topic": "t", "partition": i % 2, "value": f"v{i}"}) + "\n"
-                            for i in range(40)))
+    path.write_text("".join(json.dumps({"topic": "t", "partition": i % 2, "value": f"v{i}"}) + "\n" for i in range(40)))
     real = cli.open_store
     lossy = {"n": 0}
 

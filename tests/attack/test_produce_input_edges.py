@@ -31,8 +31,12 @@ def test_a_far_future_timestamp_is_refused_before_anything_is_written(fstore, tm
     store = fstore
     create_topic(store, "t", 1)
     path = tmp_path / "in.jsonl"
-    path.write_text(json.dumps({"topic": "t", "partition": 0, "value": "good"}) + "\n"
-                    + json.dumps({"topic": "t", "partition": 0, "value": "edge", "timestamp": 2**62}) + "\n")
+    path.write_text(
+        json.dumps({"topic": "t", "partition": 0, "value": "good"})
+        + "\n"
+        + json.dumps({"topic": "t", "partition": 0, "value": "edge", "timestamp": 2**62})
+        + "\n"
+    )
     out = produce(path, store.url)
     # Either refused at input (nothing written), or every accepted record reads back.
     if out.exit_code == 0:
@@ -57,5 +61,5 @@ def test_a_lone_surrogate_header_name_is_refused_before_anything_is_written(fsto
     if out.exit_code != 0 and "{" not in out.output:  # one error line, no outcomes
         assert written == [], f"ctp produce said {out.output.strip()!r} but wrote {written}"
     else:
-        summary = json.loads(out.output[out.output.index("{"):])
+        summary = json.loads(out.output[out.output.index("{") :])
         assert summary["accepted"] == len(written)

@@ -59,7 +59,7 @@ def _produce(args, url, monkeypatch=None, wrap=None):
 
 
 def _summary(out) -> dict:
-    return json.loads(out.output[out.output.index("{"):])
+    return json.loads(out.output[out.output.index("{") :])
 
 
 def test_a_completion_marker_never_vouches_for_another_input_under_the_same_id(fstore, tmp_path):
@@ -82,6 +82,7 @@ def test_a_rerun_after_an_unknown_outcome_writes_nothing_twice_even_after_evicti
     create_topic(store, "t", 1)
     path = _write(tmp_path / "in.jsonl", [{"topic": "t", "partition": 0, "value": f"v{i}"} for i in range(6)])
     args = [path, "--batch-records", "2"]
+
     # The second batch's placeholder lands but its response is lost, and the store
     # stays unreachable for that log: v0, v1 accepted; v2, v3 unknown; v4, v5 not sent.
     def wrap(s):
@@ -123,15 +124,21 @@ class _CutLogAfterLoss(ObjectStore):
         self._cut(k)
         return self.inner.get(k)
 
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)
-    def head(self, k): return self.inner.head(k)
+    def get_range(self, k, s, n):
+        return self.inner.get_range(k, s, n)
+
+    def head(self, k):
+        return self.inner.head(k)
 
     def list(self, prefix="", start_after=None):
         self._cut(prefix)
         return self.inner.list(prefix, start_after)
 
-    def list_level(self, prefix): return self.inner.list_level(prefix)
-    def _delete_batch(self, keys): return self.inner._delete_batch(keys)
+    def list_level(self, prefix):
+        return self.inner.list_level(prefix)
+
+    def _delete_batch(self, keys):
+        return self.inner._delete_batch(keys)
 
 
 class _EpochBlip(ObjectStore):
@@ -159,21 +166,28 @@ class _EpochBlip(ObjectStore):
                 time.sleep(5.2)
         return self.inner.put(key, data)
 
-    def put_if_absent(self, key, data): return self.inner.put_if_absent(key, data)
+    def put_if_absent(self, key, data):
+        return self.inner.put_if_absent(key, data)
 
     def get(self, k):
         self._epoch_read(k)
         return self.inner.get(k)
 
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)
-    def head(self, k): return self.inner.head(k)
+    def get_range(self, k, s, n):
+        return self.inner.get_range(k, s, n)
+
+    def head(self, k):
+        return self.inner.head(k)
 
     def list(self, prefix="", start_after=None):
         self._epoch_read(prefix)
         return self.inner.list(prefix, start_after)
 
-    def list_level(self, prefix): return self.inner.list_level(prefix)
-    def _delete_batch(self, keys): return self.inner._delete_batch(keys)
+    def list_level(self, prefix):
+        return self.inner.list_level(prefix)
+
+    def _delete_batch(self, keys):
+        return self.inner._delete_batch(keys)
 
 
 def test_an_epoch_read_failing_between_batches_still_reports_every_record(fstore, tmp_path, monkeypatch):

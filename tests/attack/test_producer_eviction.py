@@ -55,14 +55,12 @@ def test_a_resend_after_hundreds_of_other_producers_is_still_a_duplicate(fstore)
     assert again.outcome == "duplicate" and stored == [r.value for r in mine], (again.outcome, stored)
 
 
-def test_running_ctp_produce_again_after_the_partition_forgot_it_writes_nothing_twice(
-        fstore, tmp_path, monkeypatch):
+def test_running_ctp_produce_again_after_the_partition_forgot_it_writes_nothing_twice(fstore, tmp_path, monkeypatch):
     store = fstore
     url = store.url
     create_topic(store, "t", 1)
     path = tmp_path / "in.jsonl"
-    path.write_text("".join(json.dumps({"topic": "t", "partition": 0, "value": f"v{i}"}) + "\n"
-                            for i in range(6)))
+    path.write_text("".join(json.dumps({"topic": "t", "partition": 0, "value": f"v{i}"}) + "\n" for i in range(6)))
     args = ["produce", str(path), "--batch-records", "2", "--store", url, "--json"]
     first = CliRunner().invoke(cli.main, args)
     assert first.exit_code == 0, first.output

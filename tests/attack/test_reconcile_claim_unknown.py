@@ -41,5 +41,4 @@ def test_one_unresolvable_claim_neither_aborts_the_run_nor_strands_other_claims(
     statuses = {p.partition: p.status for p in healthy.partitions}
     # t/0..t/2 had nothing to do with the blip: they must not be stranded behind a lease.
     assert aborted is None, f"the run died on t/3 ({type(aborted).__name__}); next run: {statuses}"
-    assert all(statuses[p] == "reconciled" or summary.partitions[p].status == "reconciled"
-               for p in range(3)), statuses
+    assert all(statuses[p] == "reconciled" or summary.partitions[p].status == "reconciled" for p in range(3)), statuses

@@ -31,4 +31,5 @@ def test_new_records_under_a_reused_producer_id_are_never_reported_accepted_if_d
         v = prod.write([(("t", 0), [Record(b"day2-0")])])[0]
     stored = values(store)
     assert not (v.accepted and b"day2-0" not in stored), (
-        f"verdict {v.outcome!r} (accepted={v.accepted}) but the record is not in the log")
+        f"verdict {v.outcome!r} (accepted={v.accepted}) but the record is not in the log"
+    )

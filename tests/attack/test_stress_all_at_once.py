@@ -69,15 +69,18 @@ def test_producers_reconcilers_gcs_and_advances_together_lose_and_duplicate_noth
     def gc() -> None:
         while not stop.is_set():
             try:
-                gc_runs.append(run_gc(store, gate=lambda frames: GateResult(True, []),
-                                      config=GcSettings(l1_grace_s=0)))
+                gc_runs.append(run_gc(store, gate=lambda frames: GateResult(True, []), config=GcSettings(l1_grace_s=0)))
             except (CtpError, GateFailed) as e:
                 errors.append(f"gc: {e}")
             time.sleep(0.2)
 
     threads = [threading.Thread(target=producer, args=(n,)) for n in range(2)]
-    threads += [threading.Thread(target=advancer), threading.Thread(target=reconciler),
-                threading.Thread(target=reconciler), threading.Thread(target=gc)]
+    threads += [
+        threading.Thread(target=advancer),
+        threading.Thread(target=reconciler),
+        threading.Thread(target=reconciler),
+        threading.Thread(target=gc),
+    ]
     for t in threads:
         t.start()
     time.sleep(SECONDS)
@@ -93,5 +96,7 @@ def test_producers_reconcilers_gcs_and_advances_together_lose_and_duplicate_noth
         assert [r["offset"] for r in rows] == list(range(len(rows)))
         assert got == accepted[p], f"t/{p}: {len(got)} read, {len(accepted[p])} acknowledged"
         assert not (set(got.values()) & not_accepted)
-    print(f"acknowledged {sum(map(len, accepted.values()))} records, {len(not_accepted)} rejected, "
-          f"{len(gc_runs)} GC runs deleted {deleted} L0 objects, {len(errors)} run errors: {errors[:3]}")
+    print(
+        f"acknowledged {sum(map(len, accepted.values()))} records, {len(not_accepted)} rejected, "
+        f"{len(gc_runs)} GC runs deleted {deleted} L0 objects, {len(errors)} run errors: {errors[:3]}"
+    )

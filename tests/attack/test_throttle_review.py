@@ -23,6 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # F1 -- the listing's retry budgets are totals per prefix, not per request -------------
 
+
 def test_a_long_listing_that_keeps_making_progress_is_not_abandoned(tmp_path):
     """Every page (20 keys) is throttled once and then served. Each retry makes
     progress, yet the scan gives up after 60 throttles in total (1,200 keys in): a
@@ -40,18 +41,21 @@ def test_a_long_listing_that_keeps_making_progress_is_not_abandoned(tmp_path):
                     raise StoreError("SlowDown", "SlowDown")
                 yield info
 
-    scan = scan_prefix(store, "l0/003/", 5, lister=PageThrottle(),
-                       limiter=Aimd(1, base_delay_s=0.0001, max_delay_s=0.001))
+    scan = scan_prefix(
+        store, "l0/003/", 5, lister=PageThrottle(), limiter=Aimd(1, base_delay_s=0.0001, max_delay_s=0.001)
+    )
     assert len(scan.candidates) == 2000
 
 
 # F2 -- an exception in settle() (outside the worker's try) hangs the pool --------------
 
+
 def _run(code: str, timeout: float = 30) -> subprocess.CompletedProcess | None:
     env = {**os.environ, "PYTHONPATH": REPO}
     try:
-        return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=timeout,
-                              capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=timeout, capture_output=True, text=True
+        )
     except subprocess.TimeoutExpired:
         return None  # subprocess.run kills the child on timeout
 
@@ -74,7 +78,9 @@ def test_an_unexpected_key_in_a_delete_response_fails_the_run_instead_of_hanging
     (here a KeyError on ``sizes[key]`` for a key the store reports but was not asked
     for), the other workers wait for ``active`` to reach 0 forever and
     ``delete_objects`` never returns. Before b3a9101 the same error propagated."""
-    res = _run(PRELUDE.format(root=str(tmp_path / "s")) + """
+    res = _run(
+        PRELUDE.format(root=str(tmp_path / "s"))
+        + """
     class Odd:
         def delete_many(self, ks):
             ks = list(ks)
@@ -84,7 +90,8 @@ def test_an_unexpected_key_in_a_delete_response_fails_the_run_instead_of_hanging
         print("returned", c.deleted + c.delete_errors)
     except Exception as e:
         print("raised", type(e).__name__)
-    """)
+    """
+    )
     assert res is not None, "delete_objects hung (killed after 30 s)"
     assert "raised" in res.stdout or "returned 15" in res.stdout, (res.stdout, res.stderr)
 
@@ -97,7 +104,9 @@ def test_the_deleter_never_deletes_a_key_it_was_not_given(tmp_path):
     root = str(tmp_path / "s")
     live = layout.l0_key(0, 9, "live")
     LocalStore(root, fsync=False).put(live, b"live data")
-    _run(PRELUDE.format(root=root) + f"""
+    _run(
+        PRELUDE.format(root=root)
+        + f"""
     class Echo:
         first = True
         def delete_many(self, ks):
@@ -107,7 +116,9 @@ def test_the_deleter_never_deletes_a_key_it_was_not_given(tmp_path):
                 return DeleteResult((), {{k: "SlowDown" for k in ks + [{live!r}]}})
             return store.delete_many(ks)
     delete_objects(Echo(), todo, in_flight=2)
-    """, timeout=15)
+    """,
+        timeout=15,
+    )
     assert LocalStore(root, fsync=False).head(live) is not None, "a live key above M was deleted"
 
 
@@ -127,13 +138,15 @@ def test_a_key_missing_from_a_delete_response_is_counted_not_dropped(tmp_path):
             return DeleteResult(res.deleted, res.errors)
 
     progress: list[tuple[int, int]] = []
-    c = delete_objects(Forgetful(), [ObjectInfo(k, 1, 0.0) for k in keys],
-                       on_progress=lambda d, t: progress.append((d, t)))
+    c = delete_objects(
+        Forgetful(), [ObjectInfo(k, 1, 0.0) for k in keys], on_progress=lambda d, t: progress.append((d, t))
+    )
     assert c.deleted + c.delete_errors == 10, (c.deleted, c.delete_errors)
     assert progress[-1] == (10, 10)
 
 
 # F3 -- take() recomputes every queued job's prefixes on every poll, under the lock -----
+
 
 def test_picking_a_job_is_not_quadratic_in_the_queue(monkeypatch):
     """One hot prefix held at one request in flight, 8 workers: the 7 idle workers
@@ -154,6 +167,7 @@ def test_picking_a_job_is_not_quadratic_in_the_queue(monkeypatch):
     class Slow:
         def delete_many(self, ks):
             import time
+
             time.sleep(0.005)
             return DeleteResult(tuple(ks), {})
 
@@ -165,6 +179,7 @@ def test_picking_a_job_is_not_quadratic_in_the_queue(monkeypatch):
 
 # F4 -- "every ticket is given back exactly once" is not enforced ------------------------
 
+
 def test_a_ticket_given_back_twice_is_refused_even_with_others_in_flight():
     a = Aimd(2)
     t1, _t2 = a.acquire("p"), a.acquire("p")
@@ -175,6 +190,7 @@ def test_a_ticket_given_back_twice_is_refused_even_with_others_in_flight():
 
 # Minor -- lowest_limit says "0: no deletes" but reports the ceiling -------------------
 
+
 def test_lowest_limit_is_zero_when_nothing_was_deleted():
     assert delete_objects(LocalStore.__new__(LocalStore), []).lowest_limit == 0.0
 
@@ -182,7 +198,9 @@ def test_lowest_limit_is_zero_when_nothing_was_deleted():
 def test_an_exception_while_settling_a_batch_fails_the_run_instead_of_hanging_it(tmp_path):
     """Same hang, other trigger: anything raising in settle() before ``active[0] -= 1``
     (here the limiter's bookkeeping)."""
-    res = _run(PRELUDE.format(root=str(tmp_path / "s")) + """
+    res = _run(
+        PRELUDE.format(root=str(tmp_path / "s"))
+        + """
     from ctp_state.throttle import Aimd
     class Broken(Aimd):
         def success(self, t):
@@ -192,6 +210,7 @@ def test_an_exception_while_settling_a_batch_fails_the_run_instead_of_hanging_it
         delete_objects(store, todo, in_flight=4, limiter=Broken(4))
     except RuntimeError as e:
         print("raised", e)
-    """)
+    """
+    )
     assert res is not None, "delete_objects hung (killed after 30 s)"
     assert "raised boom" in res.stdout, (res.stdout, res.stderr)

@@ -77,7 +77,9 @@ def test_a_missing_topic_metadata_object_stops_the_gc(store, gate):
     except CtpError:
         pass
     store.put(meta_key, raw)
-    assert store.head(l0) is not None, f"GC deleted {l0}: run saw {rec and rec['partitions']} partitions, M={rec and rec['m']}"
+    assert store.head(l0) is not None, (
+        f"GC deleted {l0}: run saw {rec and rec['partitions']} partitions, M={rec and rec['m']}"
+    )
     assert _read_or_lost(store, "t", 1) == [b"acked"]
 
 

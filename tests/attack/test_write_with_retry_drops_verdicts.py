@@ -56,12 +56,23 @@ class _Interfere(ObjectStore):
             raise StoreError(f"connection refused for {key!r}")  # never reached the store
         return self.inner.put_if_absent(key, data)
 
-    def get(self, k): return self.inner.get(k)
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)
-    def head(self, k): return self.inner.head(k)
-    def list(self, prefix="", start_after=None): return self.inner.list(prefix, start_after)
-    def list_level(self, prefix): return self.inner.list_level(prefix)
-    def _delete_batch(self, keys): return self.inner._delete_batch(keys)
+    def get(self, k):
+        return self.inner.get(k)
+
+    def get_range(self, k, s, n):
+        return self.inner.get_range(k, s, n)
+
+    def head(self, k):
+        return self.inner.head(k)
+
+    def list(self, prefix="", start_after=None):
+        return self.inner.list(prefix, start_after)
+
+    def list_level(self, prefix):
+        return self.inner.list_level(prefix)
+
+    def _delete_batch(self, keys):
+        return self.inner._delete_batch(keys)
 
 
 def test_a_chunk_not_accepted_beside_a_stale_epoch_retry_is_still_reported(fstore, tmp_path, monkeypatch):
@@ -76,7 +87,7 @@ def test_a_chunk_not_accepted_beside_a_stale_epoch_retry_is_still_reported(fstor
     again = CliRunner().invoke(cli.main, ["produce", str(path), "--store", store.url, "--json"])
 
     in_log = {p: [v for v in values(store, "t", p) if v.startswith(b"mine-")] for p in (0, 1)}
-    s = json.loads(first.output[first.output.index("{"):])
+    s = json.loads(first.output[first.output.index("{") :])
     counted = s["accepted"] + s["duplicates"] + s["rejected"] + s["unknown"] + s["not_sent"]
     # Once the store is healthy again, running the command again gets every record in...
     assert in_log == {0: [b"mine-0"], 1: [b"mine-1"]}, (first.exit_code, s, again.output, in_log)

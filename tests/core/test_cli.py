@@ -29,12 +29,30 @@ def test_a_new_users_session(subprocess_env, store):
     env = subprocess_env
     assert "created topic orders with 3 partitions" in ok(env, "topic", "create", "orders", "--partitions", "3")
     assert json.loads(ok(env, "topic", "list", "--json")) == [
-        {"topic": "orders", "partitions": 3, "created_ms": json.loads(ok(env, "topic", "list", "--json"))[0]["created_ms"]}
+        {
+            "topic": "orders",
+            "partitions": 3,
+            "created_ms": json.loads(ok(env, "topic", "list", "--json"))[0]["created_ms"],
+        }
     ]
     assert json.loads(ok(env, "epoch", "show", "--json")) == {"epoch": 1}
     assert ok(env, "epoch", "advance").strip() == "2"
-    summary = json.loads(ok(env, "produce", "--generate", "--topic", "orders", "--records", "3000",
-                            "--batch-records", "1000", "--value-size", "64", "--json"))
+    summary = json.loads(
+        ok(
+            env,
+            "produce",
+            "--generate",
+            "--topic",
+            "orders",
+            "--records",
+            "3000",
+            "--batch-records",
+            "1000",
+            "--value-size",
+            "64",
+            "--json",
+        )
+    )
     assert summary["accepted"] == 3000 and summary["rejected"] == 0
     status = json.loads(ok(env, "status", "--json"))
     assert status["cluster_epoch"] == 2
@@ -55,11 +73,17 @@ def test_produce_from_a_jsonl_file(subprocess_env, tmp_path):
     env = subprocess_env
     ok(env, "topic", "create", "t", "-p", "2")
     path = tmp_path / "in.jsonl"
-    path.write_text("\n".join(json.dumps(x) for x in [
-        {"topic": "t", "partition": 0, "key": "a", "value": "one"},
-        {"topic": "t", "partition": 1, "value_b64": "AAEC", "headers": {"h": "v"}},
-        {"topic": "t", "partition": 0, "value": "two", "timestamp": 1700000000000},
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            json.dumps(x)
+            for x in [
+                {"topic": "t", "partition": 0, "key": "a", "value": "one"},
+                {"topic": "t", "partition": 1, "value_b64": "AAEC", "headers": {"h": "v"}},
+                {"topic": "t", "partition": 0, "value": "two", "timestamp": 1700000000000},
+            ]
+        )
+        + "\n"
+    )
     out = json.loads(ok(env, "produce", str(path), "--json"))
     assert out["accepted"] == 3
     status = {p["partition"]: p for p in json.loads(ok(env, "status", "--json", "--topic", "t"))["partitions"]}
@@ -73,15 +97,21 @@ def test_produce_from_a_jsonl_file(subprocess_env, tmp_path):
     "lines, expect",
     [
         (['{"topic":"t","partition":0,"value":"ok"}', '{"topic":"t","partition":0}'], "in.jsonl:2: missing 'value'"),
-        (['{"topic":"t","partition":0,"value":"ok"}', '{"topic":"t","partition":9,"value":"v"}'],
-         "record 2: partition 9 of topic 't' does not exist"),
+        (
+            ['{"topic":"t","partition":0,"value":"ok"}', '{"topic":"t","partition":9,"value":"v"}'],
+            "record 2: partition 9 of topic 't' does not exist",
+        ),
         (['{"topic":"nope","partition":0,"value":"v"}'], "topic 'nope' does not exist"),
-        (['not json'], "in.jsonl:1: not valid JSON"),
+        (["not json"], "in.jsonl:1: not valid JSON"),
         # a lone surrogate is valid JSON: a text header value is not Unicode, a base64 one not base64
-        (['{"topic":"t","partition":0,"value":"v","headers":{"h":"\\ud800"}}'],
-         "in.jsonl:1: 'headers' value for 'h': a header value is not valid Unicode text"),
-        (['{"topic":"t","partition":0,"value":"v","headers_b64":{"h":"\\ud800"}}'],
-         "in.jsonl:1: 'headers_b64' value for 'h' is not valid base64"),
+        (
+            ['{"topic":"t","partition":0,"value":"v","headers":{"h":"\\ud800"}}'],
+            "in.jsonl:1: 'headers' value for 'h': a header value is not valid Unicode text",
+        ),
+        (
+            ['{"topic":"t","partition":0,"value":"v","headers_b64":{"h":"\\ud800"}}'],
+            "in.jsonl:1: 'headers_b64' value for 'h' is not valid base64",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(subprocess_env, store, tmp_path, lines, expect):
@@ -150,8 +180,14 @@ def test_s3_errors_never_show_credentials(moto):
 
 
 def test_unreachable_s3_endpoint_is_one_line(tmp_path):
-    env = {**os.environ, "CTP_STORE": "s3://b/p", "CTP_S3_ENDPOINT_URL": "http://127.0.0.1:9",
-           "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value", "CTP_S3_MAX_ATTEMPTS": "1"}
+    env = {
+        **os.environ,
+        "CTP_STORE": "s3://b/p",
+        "CTP_S3_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+        "CTP_S3_MAX_ATTEMPTS": "1",
+    }
     r = ctp(env, "epoch", "show")
     assert r.returncode == 1 and r.stderr.startswith("error: S3 GET of 'cluster/epoch/hint'"), r.stderr
     assert r.stderr.count("\n") == 1 and "s3cr3t-value" not in r.stderr

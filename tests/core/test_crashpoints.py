@@ -12,8 +12,9 @@ PROBE = "from ctp_state import crashpoints; crashpoints.reached('after_claim', 1
 
 
 def _run(env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                          timeout=60, start_new_session=True)
+    return subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=60, start_new_session=True
+    )
 
 
 def test_ctp_fault_does_nothing_in_the_product_alone():

@@ -78,8 +78,12 @@ def test_l0_unknown_format_version_is_refused():
 
 
 def test_entry_codec_roundtrip():
-    for e in (Init(3), Placeholder(4, "l0/000/x.l0", 8, 100, 5, 123, None), Placeholder(4, "k", 8, 1, 1, 0, 2),
-              Placeholder(4, "k", 8, 1, 1, 0, None, "producer-1", 17, 0xFFFFFFFF)):
+    for e in (
+        Init(3),
+        Placeholder(4, "l0/000/x.l0", 8, 100, 5, 123, None),
+        Placeholder(4, "k", 8, 1, 1, 0, 2),
+        Placeholder(4, "k", 8, 1, 1, 0, None, "producer-1", 17, 0xFFFFFFFF),
+    ):
         data = en.encode(e)
         assert en.decode(data, "k") == e
         assert data.endswith(b'"}') and b'"crc":"' in data  # sealed
@@ -169,7 +173,14 @@ def test_jsonl_parses_text_base64_and_headers():
         {"topic": "t", "partition": 0, "value_b64": "AAH/", "headers": [["x", "y"]]},
     ]
     (t1, p1, r1), (t2, p2, r2) = parse("\n".join(json.dumps(x) for x in lines) + "\n\n")
-    assert (t1, p1, r1.key, r1.value, r1.headers, r1.timestamp_ms) == ("t", 1, b"k", "héllo".encode(), (("a", b"b"),), 5)
+    assert (t1, p1, r1.key, r1.value, r1.headers, r1.timestamp_ms) == (
+        "t",
+        1,
+        b"k",
+        "héllo".encode(),
+        (("a", b"b"),),
+        5,
+    )
     assert (t2, p2, r2.value, r2.key) == ("t", 0, b"\x00\x01\xff", None)
 
 
@@ -183,7 +194,10 @@ def test_jsonl_parses_text_base64_and_headers():
         ('{"topic":"t","partition":0,"value_b64":"!!"}', "not valid base64"),
         ('{"topic":"t","partition":0,"value":"v","value_b64":"AA=="}', "not both"),
         ('{"topic":"t","partition":0,"value":"v","colour":1}', "unknown fields"),
-        ('{"topic":"t","partition":0,"value":"v","timestamp":-5}', r"'timestamp' \(ms since 1970, up to year 9999\) must be in"),
+        (
+            '{"topic":"t","partition":0,"value":"v","timestamp":-5}',
+            r"'timestamp' \(ms since 1970, up to year 9999\) must be in",
+        ),
     ],
 )
 def test_jsonl_errors_name_the_line(line, match):

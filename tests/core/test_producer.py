@@ -143,8 +143,9 @@ def test_unknown_topic_or_partition_writes_nothing(store, topic_at):
     assert list(store.list(layout.L0_ROOT)) == []
 
 
-@pytest.mark.parametrize("bad", [Record(b"v", None, 253_402_300_800_000), Record(b"v", None, -1),
-                                 Record(b"v", None, 0, (("\ud800", b"x"),))])
+@pytest.mark.parametrize(
+    "bad", [Record(b"v", None, 253_402_300_800_000), Record(b"v", None, -1), Record(b"v", None, 0, (("\ud800", b"x"),))]
+)
 def test_a_record_no_reader_could_read_back_is_refused_before_anything_is_written(store, topic_at, bad):
     from ctp_state.errors import InvalidRecord
 

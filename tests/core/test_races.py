@@ -19,8 +19,13 @@ WORKER = os.path.join(os.path.dirname(__file__), "race_worker.py")
 def race(env: dict[str, str], n: int, *args: str) -> list:
     start_at = f"{time.time() + 3.0:.3f}"  # after every interpreter has started
     procs = [
-        subprocess.Popen([sys.executable, WORKER, args[0], start_at, f"w{i}", *args[1:]], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, WORKER, args[0], start_at, f"w{i}", *args[1:]],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(n)
     ]
     results = []

@@ -33,8 +33,9 @@ def json_strategies():
         types._global_type_lookup.pop(t, None)
 
 
-GC_RECORDS = st.builds(GcRecord, config=st.dictionaries(TEXT, SCALAR, max_size=4),
-                       failed_keys=st.dictionaries(TEXT, TEXT, max_size=4))
+GC_RECORDS = st.builds(
+    GcRecord, config=st.dictionaries(TEXT, SCALAR, max_size=4), failed_keys=st.dictionaries(TEXT, TEXT, max_size=4)
+)
 
 
 def _stored(rec):
@@ -66,8 +67,18 @@ def test_unversioned_records_round_trip(rec):
 def test_a_version_1_gc_record_is_upcast_on_read(store):
     """Version 1 records were written before records were sealed: still read, as the
     current type (the upcast path, DenseSequence's legacy version)."""
-    v1 = {"v": 1, "seq": 0, "run_id": "r", "status": "ok", "started_ms": 1, "finished_ms": 2, "seconds": 0.1,
-          "m": 4, "cluster_epoch": 6, "deleted": 3}
+    v1 = {
+        "v": 1,
+        "seq": 0,
+        "run_id": "r",
+        "status": "ok",
+        "started_ms": 1,
+        "finished_ms": 2,
+        "seconds": 0.1,
+        "m": 4,
+        "cluster_epoch": 6,
+        "deleted": 3,
+    }
     store.put_if_absent("gc/history/00000000000000000000.json", codec.dumps(v1))
     (rec,) = GcHistory(store).tail(5)
     assert isinstance(rec, GcRecord) and rec.v == GcRecord.VERSION and (rec.m, rec.deleted, rec.passed) == (4, 3, True)
@@ -87,8 +98,15 @@ def test_an_upcaster_runs_for_each_version_between(monkeypatch):
 
     monkeypatch.setattr(ReconcileSummary, "VERSION", 3)
     monkeypatch.setattr(ReconcileSummary, "UPCASTERS", {1: one_to_two, 2: two_to_three})
-    body = {"v": 1, "old": "run-7", "started_ms": 1, "finished_ms": 2, "seconds": 0.5, "cluster_epoch": 3,
-            "idle_lag": 2}
+    body = {
+        "v": 1,
+        "old": "run-7",
+        "started_ms": 1,
+        "finished_ms": 2,
+        "seconds": 0.5,
+        "cluster_epoch": 3,
+        "idle_lag": 2,
+    }
     rec = records.decode(ReconcileSummary, body, "runs/reconcile/k.json")
     assert steps == [1, 2] and rec.run_id == "run-7" and rec.v == 3
 
@@ -96,20 +114,40 @@ def test_an_upcaster_runs_for_each_version_between(monkeypatch):
 @pytest.mark.parametrize("v", [3, 0, None, "2", True])
 def test_an_unknown_version_is_refused_naming_the_key(v):
     with pytest.raises(UnsupportedVersion, match=r"gc/history/7\.json.*GC history record version"):
-        records.decode(GcRecord, {"v": v, "run_id": "r", "status": "ok", "started_ms": 1, "finished_ms": 1,
-                                  "seconds": 0}, "gc/history/7.json")
+        records.decode(
+            GcRecord,
+            {"v": v, "run_id": "r", "status": "ok", "started_ms": 1, "finished_ms": 1, "seconds": 0},
+            "gc/history/7.json",
+        )
 
 
 def test_a_record_that_does_not_fit_its_type_is_corrupt_naming_the_key():
-    with pytest.raises(CorruptData, match=r"runs/reconcile/3\.json.*reconcile run summary does not match its "
-                                          r"schema: Expected `int`, got `str` - at `\$.cluster_epoch`"):
-        records.decode(ReconcileSummary, {"v": 2, "run_id": "r", "started_ms": 1, "finished_ms": 1, "seconds": 0,
-                                          "cluster_epoch": "three", "idle_lag": 2}, "runs/reconcile/3.json")
+    with pytest.raises(
+        CorruptData,
+        match=r"runs/reconcile/3\.json.*reconcile run summary does not match its "
+        r"schema: Expected `int`, got `str` - at `\$.cluster_epoch`",
+    ):
+        records.decode(
+            ReconcileSummary,
+            {
+                "v": 2,
+                "run_id": "r",
+                "started_ms": 1,
+                "finished_ms": 1,
+                "seconds": 0,
+                "cluster_epoch": "three",
+                "idle_lag": 2,
+            },
+            "runs/reconcile/3.json",
+        )
 
 
 def test_a_sequence_stores_and_returns_typed_records(store):
     seq = DenseSequence(store, "runs/reconcile/", ReconcileSummary)
-    made = seq.append(lambda n: ReconcileSummary(run_id=f"r{n}", started_ms=1, finished_ms=2, seconds=0.0,
-                                                 cluster_epoch=1, idle_lag=2))
+    made = seq.append(
+        lambda n: ReconcileSummary(
+            run_id=f"r{n}", started_ms=1, finished_ms=2, seconds=0.0, cluster_epoch=1, idle_lag=2
+        )
+    )
     assert (made.seq, made.v, made.run_id) == (0, 2, "r0")
     assert seq.newest() == made == seq.get(0)

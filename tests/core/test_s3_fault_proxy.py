@@ -225,7 +225,8 @@ def test_delete_key_errors_on_every_key_verbose(fault_proxy, fault_env, bucket, 
         direct.put_object(Bucket=bucket, Key=f"{PREFIX}/{k}", Body=b"x")
     fault_proxy.add_rule("delete_key_errors")
     resp = client(fault_env, retries=0).delete_objects(
-        Bucket=bucket, Delete={"Objects": [{"Key": f"{PREFIX}/e/1"}, {"Key": f"{PREFIX}/e/2"}]})
+        Bucket=bucket, Delete={"Objects": [{"Key": f"{PREFIX}/e/1"}, {"Key": f"{PREFIX}/e/2"}]}
+    )
     assert sorted(e["Key"] for e in resp["Errors"]) == [f"{PREFIX}/e/1", f"{PREFIX}/e/2"]
     assert not resp.get("Deleted")
     assert upstream_get(direct, bucket, "e/1") == upstream_get(direct, bucket, "e/2") == b"x"

@@ -15,8 +15,9 @@ from ctp_state.settings import GcSettings, MiB, ReconcileSettings, from_options,
 from spark_apps.reconcile import config_from_args, parse_args
 
 
-@pytest.mark.parametrize(("command", "cls"), [("reconcile", ReconcileSettings), ("gc", GcSettings),
-                                              ("validate", GcSettings)])
+@pytest.mark.parametrize(
+    ("command", "cls"), [("reconcile", ReconcileSettings), ("gc", GcSettings), ("validate", GcSettings)]
+)
 def test_every_cli_option_default_is_the_settings_default(command, cls):
     known = {o.name: o for o in options(cls)}
     params = {p.name: p for p in main.commands[command].params if p.name in known}
@@ -47,24 +48,33 @@ def test_the_defaults_are_the_documented_ones():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.builds(ReconcileSettings,
-                 target_file_bytes=st.integers(1, 4096).map(lambda n: n * MiB // 4),
-                 max_bytes_per_partition=st.none() | st.integers(1, 64).map(lambda n: n * MiB),
-                 idle_lag=st.integers(1, 50), lease_ms=st.integers(1, 10_000).map(lambda n: n * 1000),
-                 claim_wait_s=st.floats(0, 1e4, allow_nan=False), compression=st.sampled_from(["zstd", "snappy"])))
+@given(
+    st.builds(
+        ReconcileSettings,
+        target_file_bytes=st.integers(1, 4096).map(lambda n: n * MiB // 4),
+        max_bytes_per_partition=st.none() | st.integers(1, 64).map(lambda n: n * MiB),
+        idle_lag=st.integers(1, 50),
+        lease_ms=st.integers(1, 10_000).map(lambda n: n * 1000),
+        claim_wait_s=st.floats(0, 1e4, allow_nan=False),
+        compression=st.sampled_from(["zstd", "snappy"]),
+    )
+)
 def test_settings_survive_the_trip_through_spark_submit_arguments(s):
     """What the reconcile DAG passes to spark-submit is what the app runs with."""
     ns = parse_args(["--store", "file:///x", *to_args(s)])
     assert config_from_args(ns) == s
 
 
-@pytest.mark.parametrize(("values", "message"), [
-    ({"idle_lag": 0}, "--idle-lag must be a number >= 1, got 0"),
-    ({"target_file_mb": 0}, "--target-file-mb must be a number > 0, got 0"),
-    ({"lease_seconds": float("nan")}, "--lease-seconds must be a number > 0, got nan"),
-    ({"compression": "lz77"}, "--compression must be one of zstd, snappy, gzip, none, got 'lz77'"),
-    ({"idle_lag": "two"}, "--idle-lag must be an integer, got 'two'"),
-])
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"idle_lag": 0}, "--idle-lag must be a number >= 1, got 0"),
+        ({"target_file_mb": 0}, "--target-file-mb must be a number > 0, got 0"),
+        ({"lease_seconds": float("nan")}, "--lease-seconds must be a number > 0, got nan"),
+        ({"compression": "lz77"}, "--compression must be one of zstd, snappy, gzip, none, got 'lz77'"),
+        ({"idle_lag": "two"}, "--idle-lag must be an integer, got 'two'"),
+    ],
+)
 def test_a_bad_value_names_the_option(values, message):
     with pytest.raises(ConfigError) as e:
         from_options(ReconcileSettings, values)
@@ -96,7 +106,11 @@ def test_nothing_below_the_entry_points_reads_the_environment():
         if "cli" in path.relative_to(root).parts:
             continue  # the command line is an entry point
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "putenv") \
-                    and isinstance(node.value, ast.Name) and node.value.id == "os":
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("environ", "getenv", "putenv")
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+            ):
                 readers.append(f"{path.relative_to(root)}:{node.lineno}")
     assert readers == []

@@ -11,8 +11,10 @@ from ctp_state.storage import SCHEMES, LocalStore, S3Store, open_store, register
 def test_each_built_in_scheme_opens_its_backend(tmp_path):
     assert set(SCHEMES) == {"file", "s3"}
     assert isinstance(open_store(f"file://{tmp_path}/s", {}), LocalStore)
-    s3 = open_store("s3://bucket/pre", {"CTP_S3_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k",
-                                        "AWS_SECRET_ACCESS_KEY": "s"})
+    s3 = open_store(
+        "s3://bucket/pre",
+        {"CTP_S3_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+    )
     assert isinstance(s3, S3Store) and s3.url == "s3://bucket/pre/"
 
 

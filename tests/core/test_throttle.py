@@ -188,8 +188,9 @@ def test_a_listing_interrupted_by_throttles_and_errors_resumes_where_it_stopped(
 
     flaky = Interrupting(store, ["SlowDown", "500", "SlowDown"])
     sleeps: list[float] = []
-    scan = scan_prefix(store, "l0/003/", 3, lister=flaky, limiter=Aimd(1, base_delay_s=0.001),
-                       sleep=sleeps.append, backoff_s=0.1)
+    scan = scan_prefix(
+        store, "l0/003/", 3, lister=flaky, limiter=Aimd(1, base_delay_s=0.001), sleep=sleeps.append, backoff_s=0.1
+    )
     assert [i.key for i, _ in scan.candidates] == sorted(keys)[:15]  # every key once, in order
     assert scan.above == 9 and scan.retries == 3 and scan.throttled == 2 and sleeps == [0.1]
     assert flaky.calls[0] is None and all(flaky.calls[1:])  # resumed after the last key seen

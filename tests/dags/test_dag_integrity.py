@@ -13,8 +13,11 @@ DAGS = os.path.join(os.path.dirname(__file__), "..", "..", "dags")
 
 # Airflow's deprecations are errors here: an import or API that Airflow 3 moved fails
 # the DAG tests instead of warning in every task log.
-DEPRECATIONS = ("airflow.utils.deprecation_tools.DeprecatedImportWarning", "airflow.exceptions.RemovedInAirflow4Warning",
-                "airflow.exceptions.AirflowProviderDeprecationWarning")
+DEPRECATIONS = (
+    "airflow.utils.deprecation_tools.DeprecatedImportWarning",
+    "airflow.exceptions.RemovedInAirflow4Warning",
+    "airflow.exceptions.AirflowProviderDeprecationWarning",
+)
 pytestmark = [pytest.mark.filterwarnings(f"error::{w}") for w in DEPRECATIONS]
 EXPECTED = {"ctp_epoch_advance", "ctp_reconcile", "ctp_gc"}
 
@@ -22,8 +25,12 @@ EXPECTED = {"ctp_epoch_advance", "ctp_reconcile", "ctp_gc"}
 @pytest.fixture(scope="module")
 def dagbag(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow-home")
-    env = {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "AIRFLOW__CORE__UNIT_TEST_MODE": "True", "AIRFLOW__CORE__DAGS_FOLDER": os.path.abspath(DAGS)}
+    env = {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+        "AIRFLOW__CORE__DAGS_FOLDER": os.path.abspath(DAGS),
+    }
     # Airflow puts the DAGs folder on sys.path, so DAG files share ctp_common.py.
     with mock.patch.dict(os.environ, env), mock.patch("sys.path", [os.path.abspath(DAGS), *__import__("sys").path]):
         from airflow.dag_processing.dagbag import DagBag
@@ -32,8 +39,10 @@ def dagbag(tmp_path_factory):
         def forbidden(*a, **k):
             raise AssertionError(f"read at parse time: {a}")
 
-        with mock.patch.object(BaseHook, "get_connection", side_effect=forbidden), \
-                mock.patch.object(Variable, "get", side_effect=forbidden):
+        with (
+            mock.patch.object(BaseHook, "get_connection", side_effect=forbidden),
+            mock.patch.object(Variable, "get", side_effect=forbidden),
+        ):
             bag = DagBag(dag_folder=os.path.abspath(DAGS))
     return bag
 
@@ -63,8 +72,15 @@ def test_the_gc_gate_does_not_retry_and_the_report_always_runs(dagbag):
     assert report.upstream_task_ids == {"collect"}
     assert dag.params["verify"] is False  # off by default: it reads every entry of every log
     assert report.trigger_rule == "all_done"
-    assert set(dag.params.keys()) == {"dry_run", "topics", "max_deletes", "grace_seconds", "l1_grace_seconds",
-                                      "publish_report", "verify"}
+    assert set(dag.params.keys()) == {
+        "dry_run",
+        "topics",
+        "max_deletes",
+        "grace_seconds",
+        "l1_grace_seconds",
+        "publish_report",
+        "verify",
+    }
     assert dag.params["dry_run"] is False
 
 

@@ -58,7 +58,9 @@ def test_ports(compose):
 def test_airflow_services_share_the_database_and_the_execution_api(compose):
     for name in ["airflow-init", *AIRFLOW]:
         env = env_of(compose["services"][name])
-        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg://airflow:airflow@postgres:5432/")
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith(
+            "postgresql+psycopg://airflow:airflow@postgres:5432/"
+        )
         assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://airflow-apiserver:8080/execution/"
         assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/ctp/dags"
         deps = compose["services"][name]["depends_on"]
@@ -66,8 +68,9 @@ def test_airflow_services_share_the_database_and_the_execution_api(compose):
 
 
 def test_every_connection_and_variable_the_dags_use_is_defined(compose):
-    src = "".join(open(os.path.join(ROOT, "dags", f)).read() for f in os.listdir(os.path.join(ROOT, "dags"))
-                  if f.endswith(".py"))
+    src = "".join(
+        open(os.path.join(ROOT, "dags", f)).read() for f in os.listdir(os.path.join(ROOT, "dags")) if f.endswith(".py")
+    )
     conn_ids = set(re.findall(r'CONN_ID = "(\w+)"', src))
     variables = set(re.findall(r'_variable\("(\w+)"\)', src))
     assert conn_ids == {"spark_default", "ctp_s3"} and variables == {"ctp_store", "ctp_report_dir"}

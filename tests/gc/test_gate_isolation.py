@@ -66,10 +66,14 @@ def second_store_url(store_url, request, tmp_path) -> tuple[str, dict[str, str]]
     return f"s3://{moto.new_bucket()}/ctp-test", moto.env
 
 
-def _race(cmds: dict[str, tuple[list[str], dict[str, str]]], timeout: float = 240) -> dict[str, subprocess.CompletedProcess]:
+def _race(
+    cmds: dict[str, tuple[list[str], dict[str, str]]], timeout: float = 240
+) -> dict[str, subprocess.CompletedProcess]:
     """Start every command at once; wait for all."""
-    procs = {name: subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name, (cmd, env) in cmds.items()}
+    procs = {
+        name: subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name, (cmd, env) in cmds.items()
+    }
 
     def wait(name: str) -> subprocess.CompletedProcess:
         p = procs[name]
@@ -81,7 +85,8 @@ def _race(cmds: dict[str, tuple[list[str], dict[str, str]]], timeout: float = 24
 
 
 def test_two_gcs_on_two_stores_racing_in_one_report_dir_never_delete_the_damaged_stores_data(
-        store_url, second_store_url, subprocess_env, store, tmp_path):
+    store_url, second_store_url, subprocess_env, store, tmp_path
+):
     """A is healthy and owns the report directory (its operator validated there first);
     B's L1 has a duplicated offset, so L0 holds B's only good copy. Both GCs start at
     the same moment with the same ``--report-dir``, a few times over. Every time: A
@@ -116,8 +121,10 @@ def test_two_gcs_on_two_stores_racing_in_one_report_dir_never_delete_the_damaged
         if a.returncode != 0:
             problems.append(f"round {i}: A (healthy) exited {a.returncode}: {a.stderr.strip()[-300:]}")
         if b.returncode == 0:
-            problems.append(f"round {i}: B (duplicated offset in {damaged}) passed its gate: "
-                            f"{json.loads(b.stdout).get('status')}, deleted {json.loads(b.stdout).get('deleted')}")
+            problems.append(
+                f"round {i}: B (duplicated offset in {damaged}) passed its gate: "
+                f"{json.loads(b.stdout).get('status')}, deleted {json.loads(b.stdout).get('deleted')}"
+            )
         elif not (("GC gate failed" in b.stderr and "l1_files" in b.stderr) or "belongs to store" in b.stderr):
             problems.append(f"round {i}: B failed for another reason: {b.stderr.strip()[-300:]}")
         lost, b_left = b_left - set(l0_keys(store_b)), set(l0_keys(store_b))
@@ -154,25 +161,64 @@ for _ in range(n):
 def gate_frames(*, duplicated_offset: bool = False) -> dict[str, pa.Table]:
     """The three tables as the GC builds them; with ``duplicated_offset`` one L1 file
     holds an offset twice."""
-    history = history_table([GcRecord(seq=s, run_id=f"r{s}", status="ok", m=2 + s, cluster_epoch=4 + s,
-                                      m_high_water_before=1 + s if s else None, started_ms=1000 * s,
-                                      finished_ms=1000 * s, seconds=0.0)
-                             for s in range(3)],
-                            {"seq": 3, "m": 5, "cluster_epoch": 7, "m_high_water_before": 4, "started_ms": 3000})
-    state = pa.Table.from_pylist([{"topic": "t", "partition": p, "source": "log", "min_epoch_lower_bound": 6,
-                                   "previous_min_epoch_lower_bound": 5, "previous_applied_epoch": 6,
-                                   "max_applied_epoch": 7} for p in range(3)], schema=STATE_SCHEMA)
+    history = history_table(
+        [
+            GcRecord(
+                seq=s,
+                run_id=f"r{s}",
+                status="ok",
+                m=2 + s,
+                cluster_epoch=4 + s,
+                m_high_water_before=1 + s if s else None,
+                started_ms=1000 * s,
+                finished_ms=1000 * s,
+                seconds=0.0,
+            )
+            for s in range(3)
+        ],
+        {"seq": 3, "m": 5, "cluster_epoch": 7, "m_high_water_before": 4, "started_ms": 3000},
+    )
+    state = pa.Table.from_pylist(
+        [
+            {
+                "topic": "t",
+                "partition": p,
+                "source": "log",
+                "min_epoch_lower_bound": 6,
+                "previous_min_epoch_lower_bound": 5,
+                "previous_applied_epoch": 6,
+                "max_applied_epoch": 7,
+            }
+            for p in range(3)
+        ],
+        schema=STATE_SCHEMA,
+    )
     files = []
     for p in range(3):
         for f in range(2):
             first, last = 20 * f, 20 * f + 19
-            files.append({"topic": "t", "partition": p, "key": f"l1/t/{p}/{first}-{last}", "first_offset": first,
-                          "last_offset": last, "expected_first_offset": first, "span": 20, "rows": 20,
-                          "distinct_offsets": 20, "min_offset": first, "max_offset": last})
+            files.append(
+                {
+                    "topic": "t",
+                    "partition": p,
+                    "key": f"l1/t/{p}/{first}-{last}",
+                    "first_offset": first,
+                    "last_offset": last,
+                    "expected_first_offset": first,
+                    "span": 20,
+                    "rows": 20,
+                    "distinct_offsets": 20,
+                    "min_offset": first,
+                    "max_offset": last,
+                }
+            )
     if duplicated_offset:
         files[3] = {**files[3], "distinct_offsets": 19, "max_offset": files[3]["last_offset"] - 1}
-    return {"gc_history": history, "partition_state": state,
-            "l1_files": pa.Table.from_pylist(files, schema=L1_CHECK_SCHEMA)}
+    return {
+        "gc_history": history,
+        "partition_state": state,
+        "l1_files": pa.Table.from_pylist(files, schema=L1_CHECK_SCHEMA),
+    }
 
 
 def test_gate_calls_racing_in_one_report_dir_judge_only_their_own_tables(tmp_path):
@@ -187,8 +233,10 @@ def test_gate_calls_racing_in_one_report_dir_judge_only_their_own_tables(tmp_pat
         d.mkdir()
         for table, t in gate_frames(duplicated_offset=dup).items():
             pq.write_table(t, d / f"{table}.parquet")
-        cmds[name] = ([sys.executable, "-c", WORKER, str(root), str(d), str(tmp_path / f"ready-{name}"), str(go),
-                       str(calls)], with_this_checkout(dict(os.environ)))
+        cmds[name] = (
+            [sys.executable, "-c", WORKER, str(root), str(d), str(tmp_path / f"ready-{name}"), str(go), str(calls)],
+            with_this_checkout(dict(os.environ)),
+        )
 
     with ThreadPoolExecutor(1) as pool:
         racing = pool.submit(_race, cmds)
@@ -213,8 +261,9 @@ def test_gate_calls_racing_in_one_report_dir_judge_only_their_own_tables(tmp_pat
     assert not problems, "\n".join(problems)
 
 
-def test_a_report_dir_belongs_to_the_store_that_used_it_first(store_url, second_store_url, subprocess_env, store,
-                                                               tmp_path):
+def test_a_report_dir_belongs_to_the_store_that_used_it_first(
+    store_url, second_store_url, subprocess_env, store, tmp_path
+):
     """Another store's gc, validate or report in that directory stops at once with one
     line naming both stores and what to do; nothing is deleted or recorded."""
     url_b, s3_env_b = second_store_url
@@ -235,9 +284,11 @@ def test_a_report_dir_belongs_to_the_store_that_used_it_first(store_url, second_
     assert "use a different --report-dir" in r.stderr and "secret" not in r.stderr
     assert l0_keys(store_b) == before and GcHistory(store_b).last_seq() == -1  # nothing deleted or recorded
 
-    for attempt in (lambda: validate_job(store_b, GcSettings(dry_run=True), str(report)),
-                    lambda: write_report(store_b, str(report)),
-                    lambda: gc_job(store_b, GcSettings(), str(report))):
+    for attempt in (
+        lambda: validate_job(store_b, GcSettings(dry_run=True), str(report)),
+        lambda: write_report(store_b, str(report)),
+        lambda: gc_job(store_b, GcSettings(), str(report)),
+    ):
         with pytest.raises(ConfigError, match=f"belongs to store {store.url}, not {store_b.url}"):
             attempt()
     assert l0_keys(store_b) == before and GcHistory(store_b).last_seq() == -1

@@ -39,8 +39,9 @@ def test_dry_run_gc_and_validate_from_the_command_line(subprocess_env, store, tm
     assert_exactly_once(store, "t", sent)
 
     # An audit record claiming a higher M: the gate must stop the next run.
-    GcHistory(store).append(lambda seq: records.decode(GcRecord, {**rec, "m": rec["m"] + 3, "m_high_water": rec["m"] + 3},
-                                                       "test"))
+    GcHistory(store).append(
+        lambda seq: records.decode(GcRecord, {**rec, "m": rec["m"] + 3, "m_high_water": rec["m"] + 3}, "test")
+    )
     r = ctp(env, "validate")
     assert r.returncode == 1 and "FAILED" in r.stdout
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
@@ -60,8 +61,14 @@ def test_kill_9_mid_delete_then_a_rerun_converges(subprocess_env, store, tmp_pat
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda k: store.put(k, b"x" * 100), garbage + live))
 
-    killed = subprocess.run([CTP, "gc", "--in-flight", "1"], env={**env, "CTP_FAULT": "gc_after_delete_batch:0"},
-                            capture_output=True, text=True, timeout=300, start_new_session=True)
+    killed = subprocess.run(
+        [CTP, "gc", "--in-flight", "1"],
+        env={**env, "CTP_FAULT": "gc_after_delete_batch:0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
     assert killed.returncode == -9, killed.stderr
     left = {o.key for o in store.list(layout.L0_ROOT)}
     assert len(left) == 2100 - 1000 + 5  # one batch went, then the process died

@@ -88,8 +88,9 @@ def test_an_m_decrease_stops_the_gc_before_any_delete(store, gate):
     first = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     # A history that says M was higher than it can be now: a state restored from an
     # older backup, or a bug. The candidate M would decrease.
-    GcHistory(store).append(lambda seq: msgspec.structs.replace(first, status="ok", m=first.m + 5,
-                                                                m_high_water=first.m + 5))
+    GcHistory(store).append(
+        lambda seq: msgspec.structs.replace(first, status="ok", m=first.m + 5, m_high_water=first.m + 5)
+    )
     before = l0_keys(store)
     with pytest.raises(GateFailed) as err:
         run_gc(store, gate=gate)
@@ -107,8 +108,11 @@ def test_a_lower_bound_decrease_fails_the_partition_state_suite(store, gate):
     first = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     h = GcHistory(store)
     view = h.read_partition_table(first.partitions_key)
-    raised = view.set_column(view.schema.get_field_index("min_epoch_lower_bound"), "min_epoch_lower_bound",
-                             [[v + 10 for v in view.column("min_epoch_lower_bound").to_pylist()]])
+    raised = view.set_column(
+        view.schema.get_field_index("min_epoch_lower_bound"),
+        "min_epoch_lower_bound",
+        [[v + 10 for v in view.column("min_epoch_lower_bound").to_pylist()]],
+    )
     h.append(lambda seq: msgspec.structs.replace(first, partitions_key=h.write_partitions(seq, raised)))
     before = l0_keys(store)
     with pytest.raises(GateFailed, match="partition_state"):
@@ -222,8 +226,15 @@ def test_a_watermark_an_older_version_left_inside_a_committed_file_heals(store):
     state = PartitionLog(store, "t", 0).read_state()
     (ref,) = state.committed_l1_files()
     assert ref.last > ref.first
-    inp = gc_l1.SweepInput("t", 0, state.last_reconciled_offset, state.next_offset,
-                           swept_through=ref.first, swept_log_end=-1, committed=(ref,))
+    inp = gc_l1.SweepInput(
+        "t",
+        0,
+        state.last_reconciled_offset,
+        state.next_offset,
+        swept_through=ref.first,
+        swept_log_end=-1,
+        committed=(ref,),
+    )
     res = gc_l1.sweep_partition(store, inp, now_s=0, grace_s=0)
     (row,) = res.new_files
     assert row["first_offset"] == row["expected_first_offset"] == ref.first
@@ -419,15 +430,18 @@ def test_a_pending_placeholder_at_or_below_m_fails_the_partition_state_suite(gat
     state = frames["partition_state"]
     m = [5] * state.num_rows
     for pending, ok in (([6, None, 9], True), ([6, 5, None], False), ([4, None, None], False)):
-        t = state.set_column(state.schema.get_field_index("min_pending_epoch"), "min_pending_epoch",
-                             pa.array(pending, pa.int64()))
+        t = state.set_column(
+            state.schema.get_field_index("min_pending_epoch"), "min_pending_epoch", pa.array(pending, pa.int64())
+        )
         t = t.set_column(t.schema.get_field_index("candidate_m"), "candidate_m", pa.array(m, pa.int64()))
         result = gate({**frames, "partition_state": t})
         assert result.success is ok, result.failures
         if not ok:
             (f,) = result.failures
-            assert f.startswith("partition_state: expect_column_pair_values_a_to_be_greater_than_b("
-                                "column_A=min_pending_epoch, column_B=candidate_m, or_equal=False) 1 unexpected")
+            assert f.startswith(
+                "partition_state: expect_column_pair_values_a_to_be_greater_than_b("
+                "column_A=min_pending_epoch, column_B=candidate_m, or_equal=False) 1 unexpected"
+            )
             assert f.endswith("[I1: no pending placeholder may point at an L0 object at or below M]")
 
 

@@ -61,8 +61,17 @@ class LostResponses(ObjectStore):
         self._cut(k)
         return self.inner.get(k)
 
-    def get_range(self, k, s, n): return self.inner.get_range(k, s, n)
-    def head(self, k): return self.inner.head(k)
-    def list(self, prefix="", start_after=None): return self.inner.list(prefix, start_after)
-    def list_level(self, prefix): return self.inner.list_level(prefix)
-    def _delete_batch(self, keys): return self.inner._delete_batch(keys)
+    def get_range(self, k, s, n):
+        return self.inner.get_range(k, s, n)
+
+    def head(self, k):
+        return self.inner.head(k)
+
+    def list(self, prefix="", start_after=None):
+        return self.inner.list(prefix, start_after)
+
+    def list_level(self, prefix):
+        return self.inner.list_level(prefix)
+
+    def _delete_batch(self, keys):
+        return self.inner._delete_batch(keys)

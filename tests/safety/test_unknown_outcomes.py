@@ -78,25 +78,31 @@ def run_produce(args: list[str], store_url: str, env: dict, monkeypatch, wrap=No
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_ctp_produce_reports_unknown_and_running_it_again_stores_each_record_once(
-        store, store_url, tmp_path, monkeypatch, batch):
+    store, store_url, tmp_path, monkeypatch, batch
+):
     url, env = store_url
     create_topic(store, "t", 2)
     lines = [{"topic": "t", "partition": i % 2, "value": f"v{i}"} for i in range(10)]
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
 
-    first = run_produce([str(path), "--batch-records", str(batch)], url, env, monkeypatch,
-                        wrap=lambda s: LostResponses(s, r"^logs/t/000001/", then_unreachable=True))
+    first = run_produce(
+        [str(path), "--batch-records", str(batch)],
+        url,
+        env,
+        monkeypatch,
+        wrap=lambda s: LostResponses(s, r"^logs/t/000001/", then_unreachable=True),
+    )
     second = run_produce([str(path), "--batch-records", str(batch)], url, env, monkeypatch)
     for p in (0, 1):  # each record exactly once, in order
         assert values(store, p) == [f"v{i}".encode() for i in range(p, 10, 2)]
 
     assert first.exit_code == 3, first.output
-    summary = json.loads(first.output[first.output.index("{"):])
+    summary = json.loads(first.output[first.output.index("{") :])
     assert summary["rejected"] == 0 and summary["unknown"] >= 1
     assert summary["accepted"] + summary["unknown"] + summary["not_sent"] == 10
     assert second.exit_code == 0, second.output
-    summary2 = json.loads(second.output[second.output.index("{"):])
+    summary2 = json.loads(second.output[second.output.index("{") :])
     assert summary2["accepted"] + summary2["duplicates"] == 10 and summary2["duplicates"] >= 5
 
 
@@ -139,13 +145,13 @@ def test_ctp_produce_over_a_connection_that_drops_after_each_write(moto, fault_p
     store = open_store(url, moto.env)
     create_topic(store, "t", 2)
     path = tmp_path / "records.jsonl"
-    path.write_text("".join(json.dumps({"topic": "t", "partition": i % 2, "value": f"v{i}"}) + "\n"
-                            for i in range(12)))
+    path.write_text("".join(json.dumps({"topic": "t", "partition": i % 2, "value": f"v{i}"}) + "\n" for i in range(12)))
     # Every state-log PUT of t/1 reaches the server, then the connection drops.
     fault_proxy.add_rule("reset_after", method="PUT", key_regex=r"logs/t/000001/")
     cmd = ["ctp", "produce", str(path), "--batch-records", "4", "--store", url, "--json"]
-    first = subprocess.run(cmd, env={**os.environ, **fault_env, "CTP_S3_MAX_ATTEMPTS": "2"},
-                           capture_output=True, text=True, timeout=300)
+    first = subprocess.run(
+        cmd, env={**os.environ, **fault_env, "CTP_S3_MAX_ATTEMPTS": "2"}, capture_output=True, text=True, timeout=300
+    )
     assert first.returncode == 3, first.stderr
     out = json.loads(first.stdout)
     assert out["unknown"] >= 1 and out["rejected"] == 0 and fault_proxy.injected["reset_after"] >= 2

@@ -107,8 +107,9 @@ def test_offset_0_damage_is_a_warning_once_repaired_and_an_error_before(store):
 
 def test_version_1_entries_are_counted_as_unchecked(store):
     create_topic(store, "t", 1)
-    store.put_if_absent(layout.log_entry("t", 0, 1),
-                        json.dumps({"v": 1, "kind": "advance", "epoch": 1, "writer_epoch": 1}).encode())
+    store.put_if_absent(
+        layout.log_entry("t", 0, 1), json.dumps({"v": 1, "kind": "advance", "epoch": 1, "writer_epoch": 1}).encode()
+    )
     report = verify(store)
     assert report.partitions[0].unchecksummed == 1
     assert any("before checksums" in f.what for f in report.findings)

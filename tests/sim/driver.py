@@ -71,16 +71,29 @@ class SimReport:
     replay: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "backend": self.backend, "steps": self.steps, "kills": self.kills,
-                "crash_points": dict(self.crashes), "faults": dict(self.faults), "records": dict(self.records),
-                "step_errors": dict(self.errors), "completed": dict(self.completed), "quiesce_rounds": self.quiesce_rounds,
-                "violations": len(self.violations), "seconds": round(self.seconds, 1), "replay": self.replay}
+        return {
+            "seed": self.seed,
+            "backend": self.backend,
+            "steps": self.steps,
+            "kills": self.kills,
+            "crash_points": dict(self.crashes),
+            "faults": dict(self.faults),
+            "records": dict(self.records),
+            "step_errors": dict(self.errors),
+            "completed": dict(self.completed),
+            "quiesce_rounds": self.quiesce_rounds,
+            "violations": len(self.violations),
+            "seconds": round(self.seconds, 1),
+            "replay": self.replay,
+        }
 
     def text(self) -> str:
         d = self.as_dict()
-        head = (f"sim seed={self.seed} {self.backend}: {self.steps} steps, {self.kills} kills, "
-                f"{sum(self.crashes.values())} crash points, {sum(self.faults.values())} S3 faults, "
-                f"records {dict(self.records)}, {len(self.violations)} violations in {d['seconds']}s")
+        head = (
+            f"sim seed={self.seed} {self.backend}: {self.steps} steps, {self.kills} kills, "
+            f"{sum(self.crashes.values())} crash points, {sum(self.faults.values())} S3 faults, "
+            f"records {dict(self.records)}, {len(self.violations)} violations in {d['seconds']}s"
+        )
         if not self.violations:
             return head
         lines = [head] + [f"  violation: {v}" for v in self.violations[:30]]
@@ -117,8 +130,9 @@ class Actor:
             return
         self.thread.join(timeout)
         if self.thread.is_alive():
-            self.sim.violation(f"step {self.step.n if self.step else '?'} ({self.name}) did not finish in "
-                               f"{timeout:.0f}s; killed")
+            self.sim.violation(
+                f"step {self.step.n if self.step else '?'} ({self.name}) did not finish in {timeout:.0f}s; killed"
+            )
             self.kill()
             self.thread.join(30)
 
@@ -159,10 +173,24 @@ class WorkerActor(Actor):
             return self.proc
         log = open(os.path.join(self.sim.workdir, f"{self.name}.log"), "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.sim.worker", self.sim.url, str(self.sim.seed), self.kind,
-             self.sim.report_dir],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self.sim.env, cwd=REPO,
-            start_new_session=True, text=True, bufsize=1)
+            [
+                sys.executable,
+                "-m",
+                "tests.sim.worker",
+                self.sim.url,
+                str(self.sim.seed),
+                self.kind,
+                self.sim.report_dir,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=self.sim.env,
+            cwd=REPO,
+            start_new_session=True,
+            text=True,
+            bufsize=1,
+        )
         log.close()
         ready = self.proc.stdout.readline()  # type: ignore[union-attr]
         if not ready:
@@ -176,8 +204,17 @@ class WorkerActor(Actor):
         if proc is None:
             return None, self.proc.returncode  # type: ignore[union-attr]
         try:
-            proc.stdin.write(json.dumps({"n": step.n, "op": step.op, "args": step.args,  # type: ignore[union-attr]
-                                         "crash": step.crash}) + "\n")
+            proc.stdin.write(
+                json.dumps(
+                    {
+                        "n": step.n,
+                        "op": step.op,
+                        "args": step.args,  # type: ignore[union-attr]
+                        "crash": step.crash,
+                    }
+                )
+                + "\n"
+            )
             proc.stdin.flush()  # type: ignore[union-attr]
             line = proc.stdout.readline()  # type: ignore[union-attr]
         except (BrokenPipeError, OSError):
@@ -196,24 +233,43 @@ class OneShotActor(Actor):
         env = dict(self.sim.env)
         if step.crash:
             env["CTP_FAULT"] = step.crash
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=self.sim.workdir,
-                                     start_new_session=True, text=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=self.sim.workdir,
+            start_new_session=True,
+            text=True,
+        )
         out, err = self.proc.communicate(stdin)
         return {"stdout": out, "stderr": err[-2000:]}, self.proc.returncode
 
 
 class Sim:
-    def __init__(self, url: str, env: dict[str, str], seed: int, *, backend: str, proxy: Any = None,
-                 plant: str | None = None, workdir: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        env: dict[str, str],
+        seed: int,
+        *,
+        backend: str,
+        proxy: Any = None,
+        plant: str | None = None,
+        workdir: str | None = None,
+    ):
         self.url, self.seed, self.proxy = url, seed, proxy
         self.workdir = workdir or tempfile.mkdtemp(prefix=f"ctp-sim-{seed}-")
         os.makedirs(self.workdir, exist_ok=True)
         self.report_dir = os.path.join(self.workdir, "report")
         path = [REPO, HOOKS_DIR]
-        self.env = {**os.environ, **env, "CTP_STORE": url,
-                    "PYTHONPATH": os.pathsep.join(path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                                          if p])}
+        self.env = {
+            **os.environ,
+            **env,
+            "CTP_STORE": url,
+            "PYTHONPATH": os.pathsep.join(path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+        }
         self.env.pop("CTP_FAULT", None)
         if plant:
             self.env["CTP_SIM_PLANT"] = plant
@@ -256,13 +312,18 @@ class Sim:
             rep.violations.append(f"step {step.n} ({step.op}): driver: {reply['driver_error']}")
         if reply and "error" in reply:
             rep.errors[step.op] += 1
-        ok = not died and reply is not None and not ({"error", "crashed", "driver_error", "gate_failed"} & set(reply)) \
+        ok = (
+            not died
+            and reply is not None
+            and not ({"error", "crashed", "driver_error", "gate_failed"} & set(reply))
             and rc in (0, None)
+        )
         if ok and step.n >= 0:
             rep.completed[step.op] += 1
         if step.n < 0:
-            self.quiesce_log.append({"op": step.op, "reply": {k: v for k, v in (reply or {}).items() if k != "rows"},
-                                     "rc": rc})
+            self.quiesce_log.append(
+                {"op": step.op, "reply": {k: v for k, v in (reply or {}).items() if k != "rows"}, "rc": rc}
+            )
         if step.op in ("produce", "resend"):
             answered = set()
             for batch, p, answer in (reply or {}).get("told", []):
@@ -276,20 +337,23 @@ class Sim:
             self._cli_told(step, reply, rc)
         elif step.op == "read" and reply and "rows" in reply:
             rows = [(o, _u(v), _u(k), ts, tuple((h, _u(hv)) for h, hv in hs)) for o, v, k, ts, hs in reply["rows"]]
-            for v in check_read(led, step.args["partition"], rows, final=False,
-                                acknowledged_before=self.acked.pop(step.n, None)):
+            for v in check_read(
+                led, step.args["partition"], rows, final=False, acknowledged_before=self.acked.pop(step.n, None)
+            ):
                 rep.violations.append(f"step {step.n} (read): {v}")
         elif step.op == "read_cli" and not died and reply is not None:
             if rc == 0:
                 rows = [_cli_row(json.loads(x)) for x in reply["stdout"].splitlines() if x.strip()]
-                for v in check_read(led, step.args["partition"], rows, final=False,
-                                    acknowledged_before=self.acked.pop(step.n, None)):
+                for v in check_read(
+                    led, step.args["partition"], rows, final=False, acknowledged_before=self.acked.pop(step.n, None)
+                ):
                     rep.violations.append(f"step {step.n} (ctp read): {v}")
             else:
                 rep.errors[step.op] += 1
         elif step.op == "gc" and reply and "gate_failed" in reply:
-            rep.violations.append(f"step {step.n} (gc): the gate refused a store nothing corrupted: "
-                                  f"{reply['gate_failed']}")
+            rep.violations.append(
+                f"step {step.n} (gc): the gate refused a store nothing corrupted: {reply['gate_failed']}"
+            )
         elif step.op in ("reconcile_spark", "advance_cli") and rc not in (0, None) and not died:
             rep.errors[step.op] += 1
 
@@ -304,8 +368,11 @@ class Sim:
         if rc == 0:
             self.cli_done[batch] = True
             answer = {"outcome": "accepted", "via": "ctp produce exit 0"}
-        elif summary and not (summary.get("accepted") or summary.get("duplicates") or summary.get("unknown")) \
-                and summary.get("rejected", 0) + summary.get("not_sent", 0) == total:
+        elif (
+            summary
+            and not (summary.get("accepted") or summary.get("duplicates") or summary.get("unknown"))
+            and summary.get("rejected", 0) + summary.get("not_sent", 0) == total
+        ):
             answer = {"outcome": "rejected", "via": f"ctp produce exit {rc}, nothing written"}
         else:
             answer = {"outcome": "unknown", "via": f"ctp produce exit {rc}"}
@@ -321,17 +388,27 @@ class Sim:
         if step.op in ("produce_cli", "rerun_cli"):
             batch = step.args["batch"]
             path = os.path.join(self.workdir, f"input-{batch}.jsonl")
-            return ctp + ["produce", path, "--json", "--batch-records",
-                          str(step.args.get("batch_records", 5000))], None
+            return ctp + ["produce", path, "--json", "--batch-records", str(step.args.get("batch_records", 5000))], None
         if step.op == "advance_cli":
             return ctp + ["epoch", "advance"], None
         if step.op == "read_cli":
             return ctp + ["read", TOPIC, str(step.args["partition"])], None
         if step.op == "reconcile_spark":
             exe = shutil.which("spark-submit") or os.path.join(os.path.dirname(sys.executable), "spark-submit")
-            return [exe, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                    os.path.join(REPO, "spark_apps", "reconcile.py"), "--idle-lag", "1", "--lease-seconds", "5",
-                    "--target-file-mb", "0.001"], None
+            return [
+                exe,
+                "--master",
+                "local[2]",
+                "--conf",
+                "spark.ui.enabled=false",
+                os.path.join(REPO, "spark_apps", "reconcile.py"),
+                "--idle-lag",
+                "1",
+                "--lease-seconds",
+                "5",
+                "--target-file-mb",
+                "0.001",
+            ], None
         raise ValueError(step.op)
 
     def begin(self, step: Step) -> None:
@@ -360,15 +437,21 @@ class Sim:
         self.begin(step)
         if step.fault and self.proxy is not None:
             f = step.fault
-            self.proxy.add_rule(f["kind"], key_regex=f.get("key_regex"), times=f.get("times"),
-                                delay_s=f.get("delay_s", 0.0),
-                                method="POST" if f["kind"] == "delete_key_errors" else None)
+            self.proxy.add_rule(
+                f["kind"],
+                key_regex=f.get("key_regex"),
+                times=f.get("times"),
+                delay_s=f.get("delay_s", 0.0),
+                method="POST" if f["kind"] == "delete_key_errors" else None,
+            )
         actor.start(step)
         if step.kill_after_ms is not None:
+
             def kill(a: Actor = actor, s: Step = step) -> None:
                 if a.step is s and a.busy() and a.kill():
                     with self.lock:
                         self.report.kills += 1
+
             t = threading.Timer(step.kill_after_ms / 1000, kill)
             t.daemon = True
             t.start()
@@ -377,8 +460,12 @@ class Sim:
 
     def run(self, steps: list[Step], *, replay_path: str | None = None) -> SimReport:
         started = time.monotonic()
-        create_topic(self.store, TOPIC, max(max((p for s in steps for p, _ in s.args.get("parts", [])), default=0) + 1,
-                                            3), exist_ok=True)
+        create_topic(
+            self.store,
+            TOPIC,
+            max(max((p for s in steps for p, _ in s.args.get("parts", [])), default=0) + 1, 3),
+            exist_ok=True,
+        )
         try:
             for step in steps:
                 self.run_step(step)
@@ -445,9 +532,11 @@ class Sim:
             if not self._pending() and not list(self.store.list(layout.L0_ROOT)) and not self._l1_orphans():
                 return
             time.sleep(1.0)
-        self.violation(f"the store did not quiesce in {rounds} rounds: pending {self._pending()}, "
-                       f"{len(list(self.store.list(layout.L0_ROOT)))} L0 objects, L1 orphans {self._l1_orphans()[:5]}; "
-                       f"last steps: {json.dumps(self.quiesce_log[-3:])[:1500]}")
+        self.violation(
+            f"the store did not quiesce in {rounds} rounds: pending {self._pending()}, "
+            f"{len(list(self.store.list(layout.L0_ROOT)))} L0 objects, L1 orphans {self._l1_orphans()[:5]}; "
+            f"last steps: {json.dumps(self.quiesce_log[-3:])[:1500]}"
+        )
 
     def _pending(self) -> dict[int, int | str]:
         from ctp_state.log import PartitionLog
@@ -515,8 +604,9 @@ class Sim:
                 continue
             for ph in st.pending:
                 if m is not None and ph.epoch <= m:
-                    self.violation(f"p{p}: pending placeholder at log offset {ph.log_offset} has epoch "
-                                   f"{ph.epoch} <= M {m}")
+                    self.violation(
+                        f"p{p}: pending placeholder at log offset {ph.log_offset} has epoch {ph.epoch} <= M {m}"
+                    )
                 if self.store.head(ph.l0_key) is None:
                     self.violation(f"p{p}: pending placeholder's L0 object {ph.l0_key} is gone")
         left = [i.key for i in self.store.list(layout.L0_ROOT)]
@@ -559,20 +649,37 @@ def _cli_row(d: dict[str, Any]) -> tuple[int, bytes, bytes | None, int, tuple[tu
             return base64.b64decode(d[name + "_b64"])
         return None
 
-    return (d["offset"], field_("value") or b"", field_("key"), d["timestamp"],
-            tuple((h, base64.b64decode(v)) for h, v in d.get("headers", [])))
+    return (
+        d["offset"],
+        field_("value") or b"",
+        field_("key"),
+        d["timestamp"],
+        tuple((h, base64.b64decode(v)) for h, v in d.get("headers", [])),
+    )
 
 
 def _table_rows(table: Any) -> list[tuple[int, bytes, bytes | None, int, tuple[tuple[str, bytes], ...]]]:
     import pyarrow as pa
 
     ms = table.column("timestamp").cast(pa.int64()).to_pylist()
-    return [(r["offset"], r["value"], r["key"], ts, tuple((h["key"], h["value"]) for h in r["headers"] or []))
-            for r, ts in zip(table.drop_columns(["timestamp"]).to_pylist(), ms)]
+    return [
+        (r["offset"], r["value"], r["key"], ts, tuple((h["key"], h["value"]) for h in r["headers"] or []))
+        for r, ts in zip(table.drop_columns(["timestamp"]).to_pylist(), ms)
+    ]
 
 
-def run_sim(seed: int, params: Params, *, backend: str, url: str, env: dict[str, str], proxy: Any = None,
-            plant: str | None = None, steps: list[Step] | None = None, workdir: str | None = None) -> SimReport:
+def run_sim(
+    seed: int,
+    params: Params,
+    *,
+    backend: str,
+    url: str,
+    env: dict[str, str],
+    proxy: Any = None,
+    plant: str | None = None,
+    steps: list[Step] | None = None,
+    workdir: str | None = None,
+) -> SimReport:
     from tests.sim.model import schedule
 
     sim = Sim(url, env, seed, backend=backend, proxy=proxy, plant=plant, workdir=workdir)

@@ -28,8 +28,15 @@ CRASH_POINTS = {
     "gc": ("gc_after_delete_batch",),
 }
 #: Fault kinds of the S3 proxy (tests/s3_fault_proxy.py), each in every S3 run's mix.
-FAULT_KINDS = ("slowdown_503", "error_500", "reset_before", "reset_after", "error_500_after", "slow",
-               "delete_key_errors")
+FAULT_KINDS = (
+    "slowdown_503",
+    "error_500",
+    "reset_before",
+    "reset_after",
+    "error_500_after",
+    "slow",
+    "delete_key_errors",
+)
 #: Where a fault rule aims: any request, state-log entries, L0 objects, the epoch, GC records.
 FAULT_TARGETS = (None, r"^logs/", r"^l0/", r"^cluster/epoch/", r"^gc/", r"^l1/", r"^snapshots/")
 
@@ -81,8 +88,17 @@ def schedule(seed: int, p: Params) -> list[Step]:
     rng.shuffle(crash_due)
     rng.shuffle(faults_due)
     spark_at = set(rng.sample(range(p.steps // 4, p.steps), min(p.spark, p.steps - p.steps // 4)))
-    weights = {"produce": 30, "resend": 4, "produce_cli": 5, "rerun_cli": 3, "advance": 10, "reconcile": 14,
-               "gc": 10, "read": 6, "read_cli": 2}
+    weights = {
+        "produce": 30,
+        "resend": 4,
+        "produce_cli": 5,
+        "rerun_cli": 3,
+        "advance": 10,
+        "reconcile": 14,
+        "gc": 10,
+        "read": 6,
+        "read_cli": 2,
+    }
     ops, w = zip(*weights.items())
     for n in range(p.steps):
         op = "spark" if n in spark_at else rng.choices(ops, w)[0]
@@ -94,8 +110,11 @@ def schedule(seed: int, p: Params) -> list[Step]:
         if op == "produce":
             step.actor = rng.choice(PRODUCERS)
             parts = rng.sample(range(p.partitions), rng.randint(1, p.partitions))
-            step.args = {"batch": batch, "parts": [[q, rng.randint(1, 5)] for q in sorted(parts)],
-                         "retry": rng.random() < 0.3}
+            step.args = {
+                "batch": batch,
+                "parts": [[q, rng.randint(1, 5)] for q in sorted(parts)],
+                "retry": rng.random() < 0.3,
+            }
             produced[step.actor].append(batch)
             batch += 1
         elif op == "resend":
@@ -104,8 +123,11 @@ def schedule(seed: int, p: Params) -> list[Step]:
         elif op == "produce_cli":
             step.actor = "cli"
             parts = rng.sample(range(p.partitions), rng.randint(1, p.partitions))
-            step.args = {"batch": batch, "parts": [[q, rng.randint(1, 6)] for q in sorted(parts)],
-                         "batch_records": rng.choice((1, 2, 5000))}
+            step.args = {
+                "batch": batch,
+                "parts": [[q, rng.randint(1, 6)] for q in sorted(parts)],
+                "batch_records": rng.choice((1, 2, 5000)),
+            }
             cli_files.append(batch)
             batch += 1
         elif op == "rerun_cli":
@@ -117,7 +139,10 @@ def schedule(seed: int, p: Params) -> list[Step]:
                 step.actor, step.op = "cli", "advance_cli"
         elif op == "reconcile":
             step.actor = rng.choice(("reconciler0", "reconciler1"))
-            step.args = {"lease_ms": rng.choice((1500, 3000, 8000)), "target_file_bytes": rng.choice((300, 2000, 1 << 20))}
+            step.args = {
+                "lease_ms": rng.choice((1500, 3000, 8000)),
+                "target_file_bytes": rng.choice((300, 2000, 1 << 20)),
+            }
         elif op == "spark":
             step.actor, step.op = "spark", "reconcile_spark"
         elif op == "gc":
@@ -190,8 +215,12 @@ def record_id(value: bytes) -> str | None:
 def to_jsonl(rs: list[Record], partition: int) -> str:
     lines = []
     for r in rs:
-        d: dict[str, Any] = {"topic": TOPIC, "partition": partition, "value_b64": base64.b64encode(r.value).decode(),
-                             "timestamp": r.timestamp_ms}
+        d: dict[str, Any] = {
+            "topic": TOPIC,
+            "partition": partition,
+            "value_b64": base64.b64encode(r.value).decode(),
+            "timestamp": r.timestamp_ms,
+        }
         if r.key is not None:
             d["key_b64"] = base64.b64encode(r.key).decode()
         if r.headers:
@@ -266,8 +295,14 @@ class Ledger:
 Row = tuple[int, bytes, bytes | None, int, tuple[tuple[str, bytes], ...]]  # offset, value, key, ts, headers
 
 
-def check_read(ledger: Ledger, partition: int, rows: list[Row], *, final: bool,
-               acknowledged_before: set[tuple[int, int, int]] | None = None) -> list[str]:
+def check_read(
+    ledger: Ledger,
+    partition: int,
+    rows: list[Row],
+    *,
+    final: bool,
+    acknowledged_before: set[tuple[int, int, int]] | None = None,
+) -> list[str]:
     """Violations in one partition's records read from offset 0. ``final``: after quiesce,
     when every accepted record must be there. Mid-run, ``acknowledged_before`` lists the
     (batch, partition, j) acknowledged with an offset before the read started."""
@@ -275,8 +310,9 @@ def check_read(ledger: Ledger, partition: int, rows: list[Row], *, final: bool,
     offsets = [r[0] for r in rows]
     if offsets != list(range(len(rows))):
         first_bad = next(i for i, o in enumerate(offsets) if o != i)
-        out.append(f"p{partition}: offsets are not contiguous from 0 (position {first_bad} holds offset "
-                   f"{offsets[first_bad]})")
+        out.append(
+            f"p{partition}: offsets are not contiguous from 0 (position {first_bad} holds offset {offsets[first_bad]})"
+        )
     seen: Counter[str] = Counter()
     at: dict[tuple[int, int], int] = {}
     for off, value, key, ts, headers in rows:
@@ -304,14 +340,22 @@ def check_read(ledger: Ledger, partition: int, rows: list[Row], *, final: bool,
             rid = record_id(r.value)
             st = c.status(j)
             if final and st == "accepted" and not seen[rid]:
-                out.append(f"p{partition}: accepted record {rid} is not readable"
-                           + (f" (acknowledged at offset {c.offsets[j]})" if j in c.offsets else ""))
+                out.append(
+                    f"p{partition}: accepted record {rid} is not readable"
+                    + (f" (acknowledged at offset {c.offsets[j]})" if j in c.offsets else "")
+                )
             if final and st == "rejected" and seen[rid]:
                 out.append(f"p{partition}: rejected record {rid} is readable (told {c.told})")
-            if acknowledged_before and (c.batch, partition, j) in acknowledged_before and not seen[rid] \
-                    and c.offsets.get(j, len(rows)) < len(rows):
-                out.append(f"p{partition}: record {rid} acknowledged at offset {c.offsets[j]} before the read "
-                           "is missing from it")
+            if (
+                acknowledged_before
+                and (c.batch, partition, j) in acknowledged_before
+                and not seen[rid]
+                and c.offsets.get(j, len(rows)) < len(rows)
+            ):
+                out.append(
+                    f"p{partition}: record {rid} acknowledged at offset {c.offsets[j]} before the read "
+                    "is missing from it"
+                )
     return out
 
 

@@ -52,8 +52,9 @@ def _moto() -> Any:
     return _MOTO
 
 
-def run_one(backend: str, seed: int, params: Params, *, plant: str | None = None,
-            steps: list[Step] | None = None) -> SimReport:
+def run_one(
+    backend: str, seed: int, params: Params, *, plant: str | None = None, steps: list[Step] | None = None
+) -> SimReport:
     with backend_store(backend, seed) as (url, env, proxy):
         return run_sim(seed, params, backend=backend, url=url, env=env, proxy=proxy, plant=plant, steps=steps)
 
@@ -79,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 head = json.loads(f.readline())
                 steps = [Step.from_json(line) for line in f if line.strip()]
             for b in backends:
-                reports.append(run_one(b, head["seed"], Params(), plant=head.get("plant") or args.plant,
-                                       steps=steps))
+                reports.append(run_one(b, head["seed"], Params(), plant=head.get("plant") or args.plant, steps=steps))
                 print(reports[-1].text(), flush=True)
         else:
             seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         if _MOTO is not None:
             _MOTO.stop()
     summary: dict[str, Any] = {
-        "runs": len(reports), "steps": sum(r.steps for r in reports), "kills": sum(r.kills for r in reports),
+        "runs": len(reports),
+        "steps": sum(r.steps for r in reports),
+        "kills": sum(r.kills for r in reports),
         "crash_points": dict(sum((r.crashes for r in reports), Counter())),
         "faults": dict(sum((r.faults for r in reports), Counter())),
         "records": dict(sum((r.records for r in reports), Counter())),

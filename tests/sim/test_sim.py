@@ -42,8 +42,14 @@ def _assert_clean(report, steps: int) -> None:
 
 @pytest.mark.parametrize("seed,spark", [(1, 1), (2, 0)])
 def test_simulation_on_the_file_store_finds_no_violation(seed, spark, tmp_path):
-    report = run_sim(seed, Params(steps=FILE_STEPS, spark=spark), backend="file", url=f"file://{tmp_path}/store",
-                     env={}, workdir=str(tmp_path / "work"))
+    report = run_sim(
+        seed,
+        Params(steps=FILE_STEPS, spark=spark),
+        backend="file",
+        url=f"file://{tmp_path}/store",
+        env={},
+        workdir=str(tmp_path / "work"),
+    )
     print(report.text())
     _assert_clean(report, FILE_STEPS)
     if spark:
@@ -53,8 +59,15 @@ def test_simulation_on_the_file_store_finds_no_violation(seed, spark, tmp_path):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_simulation_on_s3_behind_the_fault_proxy_finds_no_violation(seed, moto: MotoServer, tmp_path):
     with S3FaultProxy(moto.endpoint, seed=seed) as proxy:
-        report = run_sim(seed, Params(steps=S3_STEPS, s3=True), backend="s3", url=f"s3://{moto.new_bucket()}/sim",
-                         env=proxy_env(moto, proxy), proxy=proxy, workdir=str(tmp_path / "work"))
+        report = run_sim(
+            seed,
+            Params(steps=S3_STEPS, s3=True),
+            backend="s3",
+            url=f"s3://{moto.new_bucket()}/sim",
+            env=proxy_env(moto, proxy),
+            proxy=proxy,
+            workdir=str(tmp_path / "work"),
+        )
     print(report.text())
     _assert_clean(report, S3_STEPS)
     assert set(report.faults) == set(FAULT_KINDS), report.faults  # every kind fired
@@ -65,8 +78,15 @@ def test_a_planted_bug_is_found(tmp_path):
     # how to replay them. (Whether a planted bug shows depends on what runs between a
     # reconcile and the next GC; this seed's schedule exposes it.)
     steps = 60
-    report = run_sim(1, Params(steps=steps), backend="file", url=f"file://{tmp_path}/store", env={},
-                     plant="lower_bound_plus_one", workdir=str(tmp_path / "work"))
+    report = run_sim(
+        1,
+        Params(steps=steps),
+        backend="file",
+        url=f"file://{tmp_path}/store",
+        env={},
+        plant="lower_bound_plus_one",
+        workdir=str(tmp_path / "work"),
+    )
     print(report.text())
     assert report.violations, report.text()
     text = report.text()

@@ -33,8 +33,15 @@ def _rows(table: Any) -> list[list[Any]]:
     ms = table.column("timestamp").cast(pa.int64()).to_pylist()
     out = []
     for row, ts in zip(table.drop_columns(["timestamp"]).to_pylist(), ms):
-        out.append([row["offset"], _b(row["value"]), _b(row["key"]), ts,
-                    [[h["key"], _b(h["value"])] for h in row["headers"] or []]])
+        out.append(
+            [
+                row["offset"],
+                _b(row["value"]),
+                _b(row["key"]),
+                ts,
+                [[h["key"], _b(h["value"])] for h in row["headers"] or []],
+            ]
+        )
     return out
 
 
@@ -43,8 +50,13 @@ def _b(v: bytes | None) -> str | None:
 
 
 def _answer(v: Any) -> dict[str, Any]:
-    return {"outcome": v.outcome, "base_offset": v.base_offset, "already_written": v.already_written,
-            "reason": v.reason, "error": None if v.error is None else str(v.error)[:300]}
+    return {
+        "outcome": v.outcome,
+        "base_offset": v.base_offset,
+        "already_written": v.already_written,
+        "reason": v.reason,
+        "error": None if v.error is None else str(v.error)[:300],
+    }
 
 
 class Worker:
@@ -60,8 +72,7 @@ class Worker:
         from ctp_state.producer import Producer
 
         if self._producer is None:
-            self._producer = Producer(self.store, epoch_ttl_s=3600.0 if self.kind == "stale" else 0.2,
-                                      append_threads=4)
+            self._producer = Producer(self.store, epoch_ttl_s=3600.0 if self.kind == "stale" else 0.2, append_threads=4)
         return self._producer
 
     # --- ops ----------------------------------------------------------------------------
@@ -123,12 +134,20 @@ class Worker:
         from ctp_state.reconcile import run_reconcile
         from ctp_state.settings import ReconcileSettings
 
-        s = run_reconcile(self.store, config=ReconcileSettings(lease_ms=lease_ms, target_file_bytes=target_file_bytes,
-                                                             idle_lag=1, threads=4, claim_wait_s=claim_wait_s))
-        return {"ok": s.ok, "records": s.records,
-                "statuses": sorted({p.status for p in s.partitions}),
-                "problems": [f"{p.partition}: {p.status}: {p.reason}" for p in s.partitions
-                             if p.failed or p.status == "claim_held"][:5]}
+        s = run_reconcile(
+            self.store,
+            config=ReconcileSettings(
+                lease_ms=lease_ms, target_file_bytes=target_file_bytes, idle_lag=1, threads=4, claim_wait_s=claim_wait_s
+            ),
+        )
+        return {
+            "ok": s.ok,
+            "records": s.records,
+            "statuses": sorted({p.status for p in s.partitions}),
+            "problems": [
+                f"{p.partition}: {p.status}: {p.reason}" for p in s.partitions if p.failed or p.status == "claim_held"
+            ][:5],
+        }
 
     def gc(self, l1_grace_s: float, max_deletes: int | None, full: bool = False) -> dict[str, Any]:
         from ctp_state.gc import run_gc
@@ -136,11 +155,18 @@ class Worker:
         from expectations.gate import GxGate
 
         try:
-            rec = run_gc(self.store, gate=GxGate(self.report_dir, store_url=self.store.url),
-                         config=GcSettings(l1_grace_s=l1_grace_s, max_deletes=max_deletes, list_threads=4,
-                                         read_threads=8,
-                                         # quiesce: nothing runs, so every leftover is garbage now
-                                         **({"l1_full_sweep_s": 0.0, "tmp_grace_s": 0.0} if full else {})))
+            rec = run_gc(
+                self.store,
+                gate=GxGate(self.report_dir, store_url=self.store.url),
+                config=GcSettings(
+                    l1_grace_s=l1_grace_s,
+                    max_deletes=max_deletes,
+                    list_threads=4,
+                    read_threads=8,
+                    # quiesce: nothing runs, so every leftover is garbage now
+                    **({"l1_full_sweep_s": 0.0, "tmp_grace_s": 0.0} if full else {}),
+                ),
+            )
         except GateFailed as e:
             return {"gate_failed": e.failures}
         return {"status": rec.status, "m": rec.m, "deleted": rec.deleted, "l1_orphans": rec.l1_orphans}

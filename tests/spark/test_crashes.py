@@ -59,8 +59,9 @@ def test_kill_9_mid_write_on_s3_then_rerun_converges(moto):
     store = open_store(url, s3env)
     sent = produce_rounds(store, partitions=2, rounds=2, per=20)
     env = {**os.environ, **s3env, "CTP_STORE": url}
-    crashed = spark_submit({**env, "CTP_FAULT": "after_l1_write:1"}, "--lease-seconds", "2",
-                           "--target-file-mb", "0.002")
+    crashed = spark_submit(
+        {**env, "CTP_FAULT": "after_l1_write:1"}, "--lease-seconds", "2", "--target-file-mb", "0.002"
+    )
     assert killed(crashed), crashed.stderr[-2000:]
     rerun = spark_submit(env, "--claim-wait-seconds", "60", "--target-file-mb", "0.002")
     assert rerun.returncode == 0, rerun.stderr[-3000:]

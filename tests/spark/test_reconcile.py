@@ -23,8 +23,17 @@ from tests.support import assert_exactly_once, produce_rounds
 
 
 def spark_args(store, **kw) -> argparse.Namespace:
-    base = {"store": store.url, "topics": None, "target_file_mb": 128.0, "max_mb_per_partition": None, "idle_lag": 2,
-            "lease_seconds": 900.0, "claim_wait_seconds": 0.0, "compression": "zstd", "master": None}
+    base = {
+        "store": store.url,
+        "topics": None,
+        "target_file_mb": 128.0,
+        "max_mb_per_partition": None,
+        "idle_lag": 2,
+        "lease_seconds": 900.0,
+        "claim_wait_seconds": 0.0,
+        "compression": "zstd",
+        "master": None,
+    }
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -38,8 +47,9 @@ def pending(sizes: list[int]) -> sm.PartitionState:
     for i, n in enumerate(sizes):
         ps.append(sm.Pending(i + 1, 1, f"l0/{i}", 8, n, 10, 0, base))
         base += 10
-    return sm.PartitionState("t", 0, pending=tuple(ps), max_applied_epoch=1, previous_applied_epoch=1,
-                             min_epoch_lower_bound=1)
+    return sm.PartitionState(
+        "t", 0, pending=tuple(ps), max_applied_epoch=1, previous_applied_epoch=1, min_epoch_lower_bound=1
+    )
 
 
 def test_plan_groups_chunks_in_order_to_the_target_size():
@@ -247,7 +257,7 @@ def test_to_l1_table_assigns_offsets_from_each_chunks_base():
 
     def batch(values):
         data, (ref,) = l0.build_object(1, [("t", 0, [Record(v, None, 5) for v in values])])
-        chunk = data[ref.byte_offset:ref.byte_offset + ref.byte_length]
+        chunk = data[ref.byte_offset : ref.byte_offset + ref.byte_length]
         return l0.decode_chunk(chunk, "k", expected_crc=ref.crc32c, expected_records=len(values))
 
     table = to_l1_table([(10, batch([b"a", b"b"])), (12, batch([b"c"]))])
