@@ -1,13 +1,25 @@
 """The Spark reconciler: lift L0 chunks into per-partition L1 Parquet files.
 
     spark-submit --master 'local[*]' spark_apps/reconcile.py --store URL [--topic T ...]
+    spark-submit --master spark://HOST:7077 spark_apps/reconcile.py --store URL     # standalone cluster
+    python spark_apps/reconcile.py --remote sc://HOST:15002 --store URL             # Spark Connect
 
 The main is thin: it parses arguments, starts a SparkSession and hands
-``ctp_state.reconcile.run_reconcile`` a ``map_files`` that runs one Spark task per L1
-file. Each task opens the store itself (from the URL and its environment: there is no
-s3a here, so object storage is read and written by Python code in the tasks with
-ranged GETs and plain PUTs) and builds one file. Planning, claims and commits stay on
-the driver, in the library.
+``ctp_state.reconcile.run_reconcile`` a ``map_files`` that builds the planned L1 files
+in Spark tasks. Each task opens the store itself (from the URL and its environment:
+there is no s3a here, so object storage is read and written by Python code in the tasks
+with ranged GETs and plain PUTs) and builds its share of the files. Planning, claims and
+commits stay on the driver, in the library.
+
+The build is a DataFrame job (rows of pickled files, ``repartition``, ``mapInArrow``,
+``collect``), with no RDD and no SparkContext, so the same code runs on ``local[*]``, on
+a standalone or YARN cluster through spark-submit, and as a Spark Connect client
+(``--remote``, or ``$SPARK_REMOTE``; started with plain ``python``, no JVM on the
+client). Through Connect the Python workers are the server's: start the server with
+``ctp_state`` importable (installed, or on its ``PYTHONPATH``) and with the store's
+environment (``CTP_S3_ENDPOINT_URL``, AWS credentials or an instance role), and set
+``spark.default.parallelism`` on it when it fronts a cluster (a Connect client cannot
+ask a SparkContext how many cores there are; see :func:`default_parallelism`).
 
 Prints the run summary as JSON on stdout; exits 1 if any partition was quarantined,
 fenced or failed (so Airflow shows the failure), 2 on bad arguments.
@@ -16,13 +28,21 @@ fenced or failed (so Airflow shows the failure), 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import pickle
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _STORES: dict[str, Any] = {}
+
+#: The schema of the build job's input (one row per L1 file) and output (one JSON
+#: result per L1 file).
+JOB_SCHEMA = "slot int, idx int, size long, job binary"
+RESULT_SCHEMA = "result string"
 
 
 def _store(url: str) -> Any:
@@ -41,19 +61,107 @@ def _build(url: str, compression: str, job: tuple[int, Any]) -> dict:
     return build_one(_store(url), index, f, compression)
 
 
-def _warm(_: object) -> int:
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session (no SparkContext, no RDDs)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def default_parallelism(spark: Any) -> int:
+    """How many tasks the cluster runs at once, to size the build job.
+
+    ``spark.default.parallelism`` when it is set; else, on a classic session, the
+    SparkContext's default parallelism (the cores of ``local[N]`` or of the registered
+    executors). A Connect client has no SparkContext to ask: it reads the server's
+    ``spark.master`` and takes N from ``local[N]``, and otherwise falls back to this
+    machine's CPU count. So behind a Connect server on a cluster, set
+    ``spark.default.parallelism`` on the server to the cluster's cores.
+    """
+    conf = spark.conf.get("spark.default.parallelism", None)
+    if conf:
+        return max(1, int(conf))
+    if not is_connect(spark):
+        return max(1, spark.sparkContext.defaultParallelism)
+    master = spark.conf.get("spark.master", None) or ""
+    m = re.fullmatch(r"local(?:\[(\d+)(?:,\s*\d+)?\])?", master)
+    if m:
+        return int(m.group(1) or 1)
+    return os.cpu_count() or 2
+
+
+def _warm(batches: Iterator[Any]) -> Iterator[Any]:
+    import pyarrow as pa
+
     import ctp_state.l1  # noqa: F401  (pyarrow, parquet, the L0 decoder)
     import ctp_state.reconcile  # noqa: F401
 
-    return os.getpid()
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pydict({"pid": [os.getpid()]}, schema=pa.schema([("pid", pa.int64())]))
 
 
 def warm_workers(spark: Any) -> int:
     """Start the Python workers and import the reconciler in each, once per application
-    (~0.3 s a worker), so the first L1 files do not pay for it. Returns the number of
-    distinct worker processes seen."""
-    n = spark.sparkContext.defaultParallelism
-    return len(set(spark.sparkContext.parallelize(range(n), n).map(_warm).collect()))
+    (~0.3 s a worker), so the first L1 files do not pay for it: a tiny ``mapInArrow``
+    job, one task per core, in the same kind of job as the build (so on a classic
+    session and through Spark Connect alike). Returns the number of distinct worker
+    processes seen."""
+    n = default_parallelism(spark)
+    rows = spark.range(0, n, 1, numPartitions=n).mapInArrow(_warm, "pid long").collect()
+    return len({r.pid for r in rows})
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int (Murmur3_x86_32.hashInt, seed 42), as a signed int."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k = rotl(k, 15) * 0x1B873593 & 0xFFFFFFFF
+    h = rotl(seed ^ k, 13)
+    h = (h * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & 0xFFFFFFFF
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@functools.lru_cache(maxsize=64)
+def slot_keys(slices: int) -> tuple[int, ...]:
+    """``keys[i]`` is an int that ``repartition(slices, col)`` sends to partition i.
+
+    Spark's hash partitioning puts a row in ``pmod(hash(col), n)``; slot numbers 0..n-1
+    as keys would collide (two slots in one task, an idle core). Only the balance
+    depends on this, never the result: were Spark to hash differently, some tasks would
+    just get two slots.
+    """
+    keys: list[int | None] = [None] * slices
+    missing, k = slices, 0
+    while missing:
+        p = _murmur3_int(k) % slices
+        if keys[p] is None:
+            keys[p], missing = k, missing - 1
+        k += 1
+    return tuple(keys)  # type: ignore[arg-type]
+
+
+def _builder(url: str, compression: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function: unpickle each row's ``(index, L1File)``, build it
+    (the task opens the store itself from ``url`` and its environment), yield the
+    result dict as JSON."""
+
+    def build(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        schema = pa.schema([("result", pa.string())])
+        for batch in batches:
+            for blob in batch.column("job").to_pylist():
+                result = _build(url, compression, pickle.loads(blob))
+                yield pa.RecordBatch.from_pydict({"result": [json.dumps(result)]}, schema=schema)
+
+    return build
 
 
 def spark_map_files(spark: Any, store_url: str, compression: str,
@@ -61,18 +169,28 @@ def spark_map_files(spark: Any, store_url: str, compression: str,
     """``map_files`` for the library: the files spread over about ``tasks_per_core`` x
     the default parallelism Spark tasks, balanced by size.
 
+    A DataFrame job, no RDDs (so it runs through Spark Connect too): one row per file,
+    its pickled ``(index, L1File)`` in a binary column; the rows dealt largest-first
+    round-robin into slots, one slot per partition (``repartition`` on a key per slot,
+    see :func:`slot_keys`); ``mapInArrow`` builds each file in the task that holds it;
+    the results come back to the driver as JSON strings.
+
     Not one task per file: a Python task costs Spark ~40 ms on top of its work (measured
     with empty tasks, see the README's benchmark notes), which would dominate small files.
     """
 
     def run(files: list) -> list[dict]:
         jobs = list(enumerate(files))
-        slices = max(1, min(len(jobs), spark.sparkContext.defaultParallelism * tasks_per_core))
-        # Deal the files largest-first round-robin so every slice gets a similar share.
+        slices = max(1, min(len(jobs), default_parallelism(spark) * tasks_per_core))
+        keys = slot_keys(slices)
+        # Deal the files largest-first round-robin so every slot gets a similar share.
         order = sorted(jobs, key=lambda job: -job[1].l0_bytes)
-        dealt = [order[i::slices] for i in range(slices)]
-        rdd = spark.sparkContext.parallelize(dealt, numSlices=slices)
-        return rdd.flatMap(lambda group: [_build(store_url, compression, job) for job in group]).collect()
+        rows = [(keys[n % slices], job[0], job[1].l0_bytes, pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+                for n, job in enumerate(order)]
+        df = (spark.createDataFrame(rows, JOB_SCHEMA)
+              .repartition(slices, "slot")
+              .mapInArrow(_builder(store_url, compression), RESULT_SCHEMA))
+        return [json.loads(r.result) for r in df.collect()]
 
     return run
 
@@ -89,6 +207,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="wait this long for a claim another reconciler holds (0: skip the partition)")
     ap.add_argument("--compression", default="zstd", choices=["zstd", "snappy", "gzip", "none"])
     ap.add_argument("--master", default=None, help="Spark master when not set by spark-submit")
+    ap.add_argument("--remote", default=os.environ.get("SPARK_REMOTE"),
+                    help="Spark Connect server, sc://host:port (default $SPARK_REMOTE); run with plain python")
     args = ap.parse_args(argv)
     if not args.store:
         ap.error("no store: pass --store or set CTP_STORE")
@@ -108,8 +228,17 @@ def config_from_args(args: argparse.Namespace) -> Any:
     )
 
 
-def spark_session(master: str | None = None, app_name: str = "ctp-reconcile") -> Any:
+def spark_session(master: str | None = None, app_name: str = "ctp-reconcile", remote: str | None = None) -> Any:
+    """A classic session (``master``, or the one spark-submit set), or a Spark Connect
+    session when ``remote`` (``sc://host:port``) is given. Through Connect, the Python
+    workers are the server's: they must import ``ctp_state`` and see the store's
+    environment (S3 endpoint, credentials) themselves."""
     from pyspark.sql import SparkSession
+
+    if remote:
+        if master:
+            raise ValueError("pass either a Spark master or a Spark Connect remote, not both")
+        return SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
 
     # Workers must run the interpreter that has ctp installed, not whatever `python3`
     # is first on PATH (spark.pyspark.python / PYSPARK_PYTHON still win when set).
@@ -142,8 +271,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     try:
-        spark = spark_session(args.master)
-        spark.sparkContext.setLogLevel("WARN")
+        spark = spark_session(args.master, remote=args.remote)
+        if not is_connect(spark):  # through Connect, the server's log settings apply
+            spark.sparkContext.setLogLevel("WARN")
         try:
             warm_workers(spark)
             summary = run(spark, args)
