@@ -39,10 +39,12 @@ from typing import Any
 
 _STORES: dict[str, Any] = {}
 
-#: The schema of the build job's input (one row per L1 file) and output (one JSON
-#: result per L1 file).
-JOB_SCHEMA = "slot int, idx int, size long, job binary"
+#: The build job's output: one JSON result dict per L1 file.
 RESULT_SCHEMA = "result string"
+#: Dealt plans up to this size (pickled) ride inside the ``mapInArrow`` function, over a
+#: ``spark.range`` of slot numbers; bigger ones go in as rows and are repartitioned
+#: (see :func:`spark_map_files`). ``CTP_SPARK_INLINE_PLAN_MB`` overrides it.
+INLINE_PLAN_MB = 4.0
 
 
 def _store(url: str) -> Any:
@@ -147,50 +149,70 @@ def slot_keys(slices: int) -> tuple[int, ...]:
     return tuple(keys)  # type: ignore[arg-type]
 
 
-def _builder(url: str, compression: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function: unpickle each row's ``(index, L1File)``, build it
-    (the task opens the store itself from ``url`` and its environment), yield the
-    result dict as JSON."""
+def _builder(url: str, compression: str, plan: list[bytes] | None) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function. Each input row is a slot: its number (``id``, an
+    index into ``plan``) or, with no ``plan``, its pickled files (``jobs``). For each
+    ``(index, L1File)`` of the slot it builds the file (the task opens the store itself
+    from ``url`` and its environment) and yields the result dict as JSON."""
 
     def build(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
         schema = pa.schema([("result", pa.string())])
         for batch in batches:
-            for blob in batch.column("job").to_pylist():
-                result = _build(url, compression, pickle.loads(blob))
-                yield pa.RecordBatch.from_pydict({"result": [json.dumps(result)]}, schema=schema)
+            if plan is not None:
+                slots = [plan[slot] for slot in batch.column("id").to_pylist()]
+            else:
+                slots = batch.column("jobs").to_pylist()
+            for blob in slots:
+                for job in pickle.loads(blob):
+                    result = _build(url, compression, job)
+                    yield pa.RecordBatch.from_pydict({"result": [json.dumps(result)]}, schema=schema)
 
     return build
 
 
-def spark_map_files(spark: Any, store_url: str, compression: str,
-                    tasks_per_core: int = 2) -> Callable[[list], list[dict]]:
+def spark_map_files(spark: Any, store_url: str, compression: str, tasks_per_core: int = 2,
+                    inline_plan_mb: float | None = None) -> Callable[[list], list[dict]]:
     """``map_files`` for the library: the files spread over about ``tasks_per_core`` x
     the default parallelism Spark tasks, balanced by size.
 
-    A DataFrame job, no RDDs (so it runs through Spark Connect too): one row per file,
-    its pickled ``(index, L1File)`` in a binary column; the rows dealt largest-first
-    round-robin into slots, one slot per partition (``repartition`` on a key per slot,
-    see :func:`slot_keys`); ``mapInArrow`` builds each file in the task that holds it;
-    the results come back to the driver as JSON strings.
+    A DataFrame job, no RDD and no SparkContext, so it runs through Spark Connect too.
+    The files are dealt largest-first round-robin into slots, one slot per task, and
+    pickled per slot; ``mapInArrow`` builds each slot's files in its task; the result
+    dicts come back to the driver as JSON strings. How the slots reach the tasks:
+
+    * a plan of up to ``inline_plan_mb`` MiB pickled (default :data:`INLINE_PLAN_MB`, or
+      ``$CTP_SPARK_INLINE_PLAN_MB``) travels inside the ``mapInArrow`` function, and the
+      job runs over ``spark.range(slots)`` with one partition per slot: no shuffle;
+    * a bigger plan goes in as a DataFrame, one row per slot, and ``repartition`` on a
+      key per slot (see :func:`slot_keys`) puts each slot in a partition of its own. That
+      costs a shuffle (~0.1-0.2 s on ``local[2]``, measured with
+      ``benchmarks/bench_reconcile.py``), noise for a run that big, but not for a small
+      one; and it keeps the function, which every task receives whole, small.
 
     Not one task per file: a Python task costs Spark ~40 ms on top of its work (measured
     with empty tasks, see the README's benchmark notes), which would dominate small files.
     """
+    if inline_plan_mb is None:
+        inline_plan_mb = float(os.environ.get("CTP_SPARK_INLINE_PLAN_MB", INLINE_PLAN_MB))
 
     def run(files: list) -> list[dict]:
         jobs = list(enumerate(files))
         slices = max(1, min(len(jobs), default_parallelism(spark) * tasks_per_core))
-        keys = slot_keys(slices)
         # Deal the files largest-first round-robin so every slot gets a similar share.
         order = sorted(jobs, key=lambda job: -job[1].l0_bytes)
-        rows = [(keys[n % slices], job[0], job[1].l0_bytes, pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
-                for n, job in enumerate(order)]
-        df = (spark.createDataFrame(rows, JOB_SCHEMA)
-              .repartition(slices, "slot")
-              .mapInArrow(_builder(store_url, compression), RESULT_SCHEMA))
-        return [json.loads(r.result) for r in df.collect()]
+        plan = [pickle.dumps(order[i::slices], protocol=pickle.HIGHEST_PROTOCOL) for i in range(slices)]
+        if sum(map(len, plan)) <= inline_plan_mb * 1024 * 1024:
+            # spark.range splits evenly: partition i holds the one row i.
+            df = spark.range(0, slices, 1, numPartitions=slices)
+            build = _builder(store_url, compression, plan)
+        else:
+            keys = slot_keys(slices)
+            df = (spark.createDataFrame([(keys[i], blob) for i, blob in enumerate(plan)], "slot int, jobs binary")
+                  .repartition(slices, "slot"))
+            build = _builder(store_url, compression, None)
+        return [json.loads(r.result) for r in df.mapInArrow(build, RESULT_SCHEMA).collect()]
 
     return run
 
