@@ -33,6 +33,7 @@ import json
 import os
 import pickle
 import re
+import struct
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -90,15 +91,30 @@ def default_parallelism(spark: Any) -> int:
     return os.cpu_count() or 2
 
 
-def _warm(batches: Iterator[Any]) -> Iterator[Any]:
+def _arrow_column(name: str, values: list[str] | list[int]) -> Any:
+    """A one-column RecordBatch of strings or int64s built from buffers: ``pa.array`` on
+    Python objects imports pandas (~0.3-1 s in every fresh Python worker)."""
     import pyarrow as pa
 
+    if values and isinstance(values[0], int):
+        arr = pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(struct.pack(f"<{len(values)}q", *values))])
+    else:
+        data = [v.encode() for v in values]  # type: ignore[union-attr]
+        offsets = [0]
+        for d in data:
+            offsets.append(offsets[-1] + len(d))
+        arr = pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(struct.pack(f"<{len(offsets)}i", *offsets)),
+                                                              pa.py_buffer(b"".join(data))])
+    return pa.RecordBatch.from_arrays([arr], names=[name])
+
+
+def _warm(batches: Iterator[Any]) -> Iterator[Any]:
     import ctp_state.l1  # noqa: F401  (pyarrow, parquet, the L0 decoder)
     import ctp_state.reconcile  # noqa: F401
 
     for _ in batches:
         pass
-    yield pa.RecordBatch.from_pydict({"pid": [os.getpid()]}, schema=pa.schema([("pid", pa.int64())]))
+    yield _arrow_column("pid", [os.getpid()])
 
 
 def warm_workers(spark: Any) -> int:
@@ -156,9 +172,6 @@ def _builder(url: str, compression: str, plan: list[bytes] | None) -> Callable[[
     from ``url`` and its environment) and yields the result dict as JSON."""
 
     def build(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        schema = pa.schema([("result", pa.string())])
         for batch in batches:
             if plan is not None:
                 slots = [plan[slot] for slot in batch.column("id").to_pylist()]
@@ -167,7 +180,7 @@ def _builder(url: str, compression: str, plan: list[bytes] | None) -> Callable[[
             for blob in slots:
                 for job in pickle.loads(blob):
                     result = _build(url, compression, job)
-                    yield pa.RecordBatch.from_pydict({"result": [json.dumps(result)]}, schema=schema)
+                    yield _arrow_column("result", [json.dumps(result)])
 
     return build
 
