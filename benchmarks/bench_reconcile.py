@@ -25,8 +25,11 @@ reconciler's DataFrame (``mapInArrow``) build job against the RDD job it replace
 
 Prints JSON: MB/s and records/s for each (a path's best run; every run's MB/s under
 ``runs_mb_per_s``), the ratio spark/raw, ``ratio_new_to_old`` (mapInArrow MB/s over
-RDD MB/s, best runs; ``ratio_new_to_old_median`` over the medians, steadier on a busy
-machine; ``ratio_rows_to_old`` for the rows path), and where the time went
+RDD MB/s, best runs; ``ratio_new_to_old_median`` over the medians and
+``ratio_new_to_old_paired_median`` over each repeat's pair, steadier on a busy machine;
+``ratio_new_to_old_cpu_median`` the same for MB per CPU second of the driver, the JVM
+and the Python workers, which other load barely moves; ``ratio_rows_to_old`` for the
+rows path), and where the time went
 (per-phase seconds summed over the Spark tasks, and the driver's phases).
 """
 
@@ -140,6 +143,27 @@ def link_copy(src: str, dst: str) -> None:
     shutil.copytree(src, dst, copy_function=os.link)
 
 
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) used so far by ``root`` and its descendants (the
+    Spark JVM and its Python workers), from /proc: a cost that, unlike wall time, other
+    load on the machine barely moves."""
+    stats: dict[int, tuple[int, float]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo.extend(child for child, (ppid, _) in stats.items() if ppid == pid)
+    return total
+
+
 def _rates(results: list[dict], secs: float) -> dict:
     l0 = sum(r["l0_bytes"] for r in results)
     recs = sum(r["records"] for r in results)
@@ -188,6 +212,7 @@ def main() -> None:
         t0 = time.perf_counter()
         spark = spark_session(args.master, app_name="ctp-bench")
         startup = time.perf_counter() - t0
+        jvm = spark.sparkContext._gateway.proc.pid  # local mode: the executors' JVM too
         paths = {  # name: (warm-up, map_files factory); the app does its warm-up once, before its first job
             "spark_rdd": (rdd_warm_workers, rdd_map_files),
             "spark": (warm_workers, spark_map_files),
@@ -218,13 +243,16 @@ def main() -> None:
                     build_results.extend(res)
                     return res
 
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), tree_cpu_seconds(jvm) + time.process_time()
                 summary = run_reconcile(run_store, config=cfg, map_files=timed_map)
                 secs = time.perf_counter() - t0
+                cpu = tree_cpu_seconds(jvm) + time.process_time() - cpu0
                 assert summary["ok"] and summary["records"] == out["produce"]["records"], summary["records"]
                 runs[name].append(_rates(build_results, secs) | {
                     "driver_seconds_outside_spark_tasks": round(secs - phases["spark_build_s"], 2),
                     "spark_job_seconds": round(phases["spark_build_s"], 2),
+                    "cpu_seconds": round(cpu, 2),  # driver + JVM + Python workers
+                    "mb_per_cpu_s": round(sum(r["l0_bytes"] for r in build_results) / 1e6 / cpu, 1),
                 })
                 shutil.rmtree(f"{work}/run-{i}-{name}", ignore_errors=True)
         spark.stop()
@@ -237,6 +265,8 @@ def main() -> None:
             out[name] = {"build_job": job} | top | {
                 "runs_mb_per_s": [r["mb_per_s"] for r in runs[name]],
                 "median_mb_per_s": round(statistics.median(r["mb_per_s"] for r in runs[name]), 1),
+                "runs_mb_per_cpu_s": [r["mb_per_cpu_s"] for r in runs[name]],
+                "median_mb_per_cpu_s": round(statistics.median(r["mb_per_cpu_s"] for r in runs[name]), 1),
                 "session_startup_seconds": round(startup, 2),
                 "worker_warmup_seconds": round(warmup, 2),
                 "python_workers": workers,
@@ -248,6 +278,11 @@ def main() -> None:
         out["ratio_new_to_old"] = round(out["spark"]["mb_per_s"] / out["spark_rdd"]["mb_per_s"], 3)
         median = {name: statistics.median(r["mb_per_s"] for r in runs[name]) for name in paths}
         out["ratio_new_to_old_median"] = round(median["spark"] / median["spark_rdd"], 3)
+        # each repeat ran both jobs back to back: the median of those pairs' ratios
+        out["ratio_new_to_old_paired_median"] = round(statistics.median(
+            new["mb_per_s"] / old["mb_per_s"] for new, old in zip(runs["spark"], runs["spark_rdd"])), 3)
+        out["ratio_new_to_old_cpu_median"] = round(statistics.median(r["mb_per_cpu_s"] for r in runs["spark"]) /
+                                                   statistics.median(r["mb_per_cpu_s"] for r in runs["spark_rdd"]), 3)
         out["ratio_rows_to_old"] = round(out["spark_rows"]["mb_per_s"] / out["spark_rdd"]["mb_per_s"], 3)
         if args.profile:
             import glob
