@@ -169,7 +169,7 @@ def _builder(url: str, compression: str, plan: list[bytes] | None) -> Callable[[
     """The ``mapInArrow`` function. Each input row is a slot: its number (``id``, an
     index into ``plan``) or, with no ``plan``, its pickled files (``jobs``). For each
     ``(index, L1File)`` of the slot it builds the file (the task opens the store itself
-    from ``url`` and its environment) and yields the result dict as JSON."""
+    from ``url`` and its environment); it yields the slot's result dicts as JSON."""
 
     def build(batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
@@ -178,9 +178,8 @@ def _builder(url: str, compression: str, plan: list[bytes] | None) -> Callable[[
             else:
                 slots = batch.column("jobs").to_pylist()
             for blob in slots:
-                for job in pickle.loads(blob):
-                    result = _build(url, compression, job)
-                    yield _arrow_column("result", [json.dumps(result)])
+                # one batch per slot, not per file: each Arrow batch costs the JVM too
+                yield _arrow_column("result", [json.dumps(_build(url, compression, job)) for job in pickle.loads(blob)])
 
     return build
 
