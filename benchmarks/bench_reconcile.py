@@ -1,7 +1,7 @@
 """Reconcile throughput against this machine's raw read + Parquet-write limit, and the
 reconciler's DataFrame (``mapInArrow``) build job against the RDD job it replaced.
 
-    python benchmarks/bench_reconcile.py [--gib 1.0] [--partitions 64] [--master 'local[2]'] [--repeat 2]
+    python benchmarks/bench_reconcile.py [--gib 1.0] [--partitions 64] [--master 'local[2]'] [--repeat 3]
 
 1. Produces about ``--gib`` GiB of L0 (random, incompressible values) across
    ``--partitions`` partitions on a local-filesystem store.
@@ -185,7 +185,8 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed after)")
     ap.add_argument("--profile", action="store_true", help="cProfile the Spark tasks; print the top functions")
-    ap.add_argument("--repeat", type=int, default=2, help="reconcile runs per build job (alternating)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="reconcile runs per build job, in turn (8 or more on a busy machine)")
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="ctp-bench-")
     try:
