@@ -96,15 +96,16 @@ def _arrow_column(name: str, values: list[str] | list[int]) -> Any:
     Python objects imports pandas (~0.3-1 s in every fresh Python worker)."""
     import pyarrow as pa
 
+    n = len(values)
     if values and isinstance(values[0], int):
-        arr = pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(struct.pack(f"<{len(values)}q", *values))])
+        arr = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(struct.pack(f"<{n}q", *values))])
     else:
         data = [v.encode() for v in values]  # type: ignore[union-attr]
         offsets = [0]
         for d in data:
             offsets.append(offsets[-1] + len(d))
-        arr = pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(struct.pack(f"<{len(offsets)}i", *offsets)),
-                                                              pa.py_buffer(b"".join(data))])
+        arr = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(struct.pack(f"<{n + 1}i", *offsets)),
+                                                     pa.py_buffer(b"".join(data))])
     return pa.RecordBatch.from_arrays([arr], names=[name])
 
 

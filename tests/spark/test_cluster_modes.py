@@ -150,7 +150,8 @@ def connect_server(moto, tmp_path_factory) -> Iterator[str]:
     import this checkout and see moto."""
     work = tmp_path_factory.mktemp("connect")
     port = _free_port()
-    server = Service("connect", [_bin("spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+    server = Service("connect", [_bin("spark-submit"),
+                                 "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
                                  "--master", "local[2]", "--conf", "spark.ui.enabled=false",
                                  "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                                  "--conf", f"spark.connect.grpc.binding.port={port}", "spark-internal"],
@@ -220,7 +221,7 @@ def test_standalone_cluster_reconciles_exactly_once(standalone, store, subproces
 def connect_client(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``python spark_apps/reconcile.py ...`` as a Connect client (no JVM)."""
     return subprocess.run([sys.executable, APP, *args], env=with_this_checkout({**env, **NO_JVM}),
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.mark.parametrize("plan", ["inline", "rows"])
@@ -241,7 +242,7 @@ def test_connect_session_sizes_and_warms_without_a_spark_context(connect_server)
             f"s = spark_session(remote={connect_server!r}); "
             "print(json.dumps([is_connect(s), default_parallelism(s), warm_workers(s)])); s.stop()")
     r = subprocess.run([sys.executable, "-c", code], env=with_this_checkout({**os.environ, **NO_JVM}),
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     connected, parallelism, workers = json.loads(r.stdout.strip().splitlines()[-1])
     assert connected and parallelism == 2 and workers >= 1  # local[2] on the server
