@@ -1,6 +1,7 @@
-"""Reconcile throughput against this machine's raw read + Parquet-write limit.
+"""Reconcile throughput against this machine's raw read + Parquet-write limit, and the
+reconciler's DataFrame (``mapInArrow``) build job against the RDD job it replaced.
 
-    python benchmarks/bench_reconcile.py [--gib 1.0] [--partitions 64] [--master 'local[2]']
+    python benchmarks/bench_reconcile.py [--gib 1.0] [--partitions 64] [--master 'local[2]'] [--repeat 3]
 
 1. Produces about ``--gib`` GiB of L0 (random, incompressible values) across
    ``--partitions`` partitions on a local-filesystem store.
@@ -8,18 +9,38 @@
    written as the same Parquet rows with pyarrow, no Spark, no state log — on 1 and on
    2 threads; the faster is the machine's raw limit.
 3. spark: the reconciler itself (``spark_apps.reconcile`` with a local SparkSession),
-   claims, commits and all. Session start-up is reported apart and not counted.
+   claims, commits and all, on a fresh copy of the produced store each run (hard
+   links: L0 objects are immutable and the file store replaces, never rewrites). Three
+   build jobs in the same session, in turn, ``--repeat`` runs each:
 
-Prints JSON: MB/s and records/s for each, the ratio spark/raw, and where the time went
+   * ``spark_rdd``: the old job, kept here only as the baseline: the files dealt into
+     an RDD with ``sparkContext.parallelize`` and built in ``flatMap``;
+   * ``spark``: the app's job (what also runs through Spark Connect): the same slots
+     over ``spark.range``, the dealt plan inside the ``mapInArrow`` function;
+   * ``spark_rows``: the app's job on its path for plans too big to inline: one row per
+     slot, ``repartition``, ``mapInArrow`` (forced here with ``inline_plan_mb=0``).
+
+   Session start-up and each job's one-off worker warm-up are reported apart and not
+   counted.
+
+Prints JSON: MB/s and records/s for each (a path's best run; every run's MB/s under
+``runs_mb_per_s``), the ratio spark/raw, ``ratio_new_to_old`` (mapInArrow MB/s over
+RDD MB/s, best runs; ``ratio_new_to_old_median`` over the medians and
+``ratio_new_to_old_paired_median`` over each repeat's pair, steadier on a busy machine;
+``ratio_new_to_old_cpu_median`` the same for MB per CPU second of the driver, the JVM
+and the Python workers, which other load barely moves; ``ratio_rows_to_old`` for the
+rows path), and where the time went
 (per-phase seconds summed over the Spark tasks, and the driver's phases).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -52,7 +73,8 @@ def produce(store, gib: float, partitions: int, value_size: int, flush_records: 
             for j in range(i, i + n):
                 off = (j * 7919 % 4096) * value_size
                 chunks.setdefault(("bench", j % partitions), []).append(
-                    Record(pool[off:off + value_size], b"k%d" % j, 1_700_000_000_000 + j))
+                    Record(pool[off : off + value_size], b"k%d" % j, 1_700_000_000_000 + j)
+                )
             for v in prod.write(sorted(chunks.items())):
                 assert v.accepted, v.error
             i += n
@@ -87,6 +109,63 @@ class _RawStore:
         self.dst.put(key, data)
 
 
+def _warm_rdd(_: object) -> int:
+    import ctp_state.l1
+    import ctp_state.reconcile  # noqa: F401
+
+    return os.getpid()
+
+
+def rdd_warm_workers(spark) -> int:
+    """The old warm-up (an RDD job): starts the Python workers the RDD job uses."""
+    n = spark.sparkContext.defaultParallelism
+    return len(set(spark.sparkContext.parallelize(range(n), n).map(_warm_rdd).collect()))
+
+
+def rdd_map_files(spark, store_url: str, compression: str, tasks_per_core: int = 2):
+    """The reconciler's build job before Spark Connect (an RDD ``flatMap``), verbatim
+    but for the import: the baseline the DataFrame job must not be slower than."""
+    from spark_apps.reconcile import _build
+
+    def run(files: list) -> list[dict]:
+        jobs = list(enumerate(files))
+        slices = max(1, min(len(jobs), spark.sparkContext.defaultParallelism * tasks_per_core))
+        # Deal the files largest-first round-robin so every slice gets a similar share.
+        order = sorted(jobs, key=lambda job: -job[1].l0_bytes)
+        dealt = [order[i::slices] for i in range(slices)]
+        rdd = spark.sparkContext.parallelize(dealt, numSlices=slices)
+        return rdd.flatMap(lambda group: [_build(store_url, compression, job) for job in group]).collect()
+
+    return run
+
+
+def link_copy(src: str, dst: str) -> None:
+    """A copy of the store made of hard links (instant; the file store never rewrites
+    an object in place, it writes a new file and renames or links it)."""
+    shutil.copytree(src, dst, copy_function=os.link)
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) used so far by ``root`` and its descendants (the
+    Spark JVM and its Python workers), from /proc: a cost that, unlike wall time, other
+    load on the machine barely moves."""
+    stats: dict[int, tuple[int, float]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo.extend(child for child, (ppid, _) in stats.items() if ppid == pid)
+    return total
+
+
 def _rates(results: list[dict], secs: float) -> dict:
     l0 = sum(r["l0_bytes"] for r in results)
     recs = sum(r["records"] for r in results)
@@ -95,7 +174,10 @@ def _rates(results: list[dict], secs: float) -> dict:
         "l0_mb": round(l0 / 1e6, 1),
         "mb_per_s": round(l0 / 1e6 / secs, 1),
         "records_per_s": round(recs / secs),
-        "phase_seconds": {k: round(sum(r[k] for r in results), 2) for k in ("read_s", "decode_s", "encode_s", "write_s", "wall_s", "cpu_s")},
+        "phase_seconds": {
+            k: round(sum(r[k] for r in results), 2)
+            for k in ("read_s", "decode_s", "encode_s", "write_s", "wall_s", "cpu_s")
+        },
     }
 
 
@@ -108,13 +190,21 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed after)")
     ap.add_argument("--profile", action="store_true", help="cProfile the Spark tasks; print the top functions")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="reconcile runs per build job, in turn (8 or more on a busy machine)"
+    )
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="ctp-bench-")
     try:
         url = f"file://{work}/store"
         store = open_store(url, {"CTP_FSYNC": "0"})
-        out: dict = {"benchmark": "reconcile", "cpus": os.cpu_count(), "master": args.master,
-                     "partitions": args.partitions, "value_size": args.value_size}
+        out: dict = {
+            "benchmark": "reconcile",
+            "cpus": os.cpu_count(),
+            "master": args.master,
+            "partitions": args.partitions,
+            "value_size": args.value_size,
+        }
         out["produce"] = produce(store, args.gib, args.partitions, args.value_size, args.flush_records)
         states = read_states(store, select_topics(store))
         cfg = ReconcileSettings()
@@ -134,36 +224,94 @@ def main() -> None:
         t0 = time.perf_counter()
         spark = spark_session(args.master, app_name="ctp-bench")
         startup = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        workers = warm_workers(spark)  # what the app does once, before its first job
-        warmup = time.perf_counter() - t0
-        build_results: list[dict] = []
-        inner = spark_map_files(spark, url, cfg.compression)
-        phases: dict[str, float] = {}
-
-        def timed_map(fs):
-            t = time.perf_counter()
-            res = inner(fs)
-            phases["spark_build_s"] = time.perf_counter() - t
-            build_results.extend(res)
-            return res
-
-        t0 = time.perf_counter()
-        summary = run_reconcile(store, config=cfg, map_files=timed_map)
-        secs = time.perf_counter() - t0
-        spark.stop()
-        assert summary.ok and summary.records == out["produce"]["records"], summary.records
-        out["spark"] = _rates(build_results, secs) | {
-            "session_startup_seconds": round(startup, 2),
-            "worker_warmup_seconds": round(warmup, 2),
-            "python_workers": workers,
-            "mb_per_s_including_startup_and_warmup": round(
-                sum(r["l0_bytes"] for r in build_results) / 1e6 / (secs + startup + warmup), 1),
-            "driver_seconds_outside_spark_tasks": round(secs - phases["spark_build_s"], 2),
-            "spark_job_seconds": round(phases["spark_build_s"], 2),
+        jvm = spark.sparkContext._gateway.proc.pid  # local mode: the executors' JVM too
+        paths = {  # name: (warm-up, map_files factory); the app does its warm-up once, before its first job
+            "spark_rdd": (rdd_warm_workers, rdd_map_files),
+            "spark": (warm_workers, spark_map_files),
+            # the app's job forced onto its path for big plans (rows + repartition)
+            "spark_rows": (warm_workers, functools.partial(spark_map_files, inline_plan_mb=0)),
         }
+        warm: dict[str, tuple[int, float]] = {}
+        for name, (warm_up, _) in paths.items():
+            t0 = time.perf_counter()
+            workers = warm_up(spark)
+            warm[name] = (workers, time.perf_counter() - t0)
+        runs: dict[str, list[dict]] = {name: [] for name in paths}
+        for i in range(args.repeat):
+            # ABBA: neither job always runs first (the first runs of a session are slower)
+            for name in list(paths) if i % 2 == 0 else list(paths)[::-1]:
+                factory = paths[name][1]
+                run_url = f"file://{work}/run-{i}-{name}"
+                link_copy(f"{work}/store", f"{work}/run-{i}-{name}")
+                run_store = open_store(run_url, {"CTP_FSYNC": "0"})
+                build_results: list[dict] = []
+                inner = factory(spark, run_url, cfg.compression)
+                phases: dict[str, float] = {}
+
+                def timed_map(fs, inner=inner, phases=phases, build_results=build_results):
+                    t = time.perf_counter()
+                    res = inner(fs)
+                    phases["spark_build_s"] = time.perf_counter() - t
+                    build_results.extend(res)
+                    return res
+
+                t0, cpu0 = time.perf_counter(), tree_cpu_seconds(jvm) + time.process_time()
+                summary = run_reconcile(run_store, config=cfg, map_files=timed_map)
+                secs = time.perf_counter() - t0
+                cpu = tree_cpu_seconds(jvm) + time.process_time() - cpu0
+                assert summary.ok and summary.records == out["produce"]["records"], summary.records
+                runs[name].append(
+                    _rates(build_results, secs)
+                    | {
+                        "driver_seconds_outside_spark_tasks": round(secs - phases["spark_build_s"], 2),
+                        "spark_job_seconds": round(phases["spark_build_s"], 2),
+                        "cpu_seconds": round(cpu, 2),  # driver + JVM + Python workers
+                        "mb_per_cpu_s": round(sum(r["l0_bytes"] for r in build_results) / 1e6 / cpu, 1),
+                    }
+                )
+                shutil.rmtree(f"{work}/run-{i}-{name}", ignore_errors=True)
+        spark.stop()
         best = max(out["raw_1_thread"]["mb_per_s"], out["raw_2_threads"]["mb_per_s"])
+        for name in paths:
+            top = max(runs[name], key=lambda r: r["mb_per_s"])
+            workers, warmup = warm[name]
+            job = {
+                "spark_rdd": "rdd flatMap (old)",
+                "spark": "mapInArrow (new)",
+                "spark_rows": "mapInArrow, plan as rows + repartition (new, for big plans)",
+            }[name]
+            out[name] = (
+                {"build_job": job}
+                | top
+                | {
+                    "runs_mb_per_s": [r["mb_per_s"] for r in runs[name]],
+                    "median_mb_per_s": round(statistics.median(r["mb_per_s"] for r in runs[name]), 1),
+                    "runs_mb_per_cpu_s": [r["mb_per_cpu_s"] for r in runs[name]],
+                    "median_mb_per_cpu_s": round(statistics.median(r["mb_per_cpu_s"] for r in runs[name]), 1),
+                    "session_startup_seconds": round(startup, 2),
+                    "worker_warmup_seconds": round(warmup, 2),
+                    "python_workers": workers,
+                    "mb_per_s_including_startup_and_warmup": round(
+                        top["l0_mb"] / (top["seconds"] + startup + warmup), 1
+                    ),
+                }
+            )
         out["ratio_spark_to_raw"] = round(out["spark"]["mb_per_s"] / best, 3)
+        out["ratio_rdd_to_raw"] = round(out["spark_rdd"]["mb_per_s"] / best, 3)
+        out["ratio_new_to_old"] = round(out["spark"]["mb_per_s"] / out["spark_rdd"]["mb_per_s"], 3)
+        median = {name: statistics.median(r["mb_per_s"] for r in runs[name]) for name in paths}
+        out["ratio_new_to_old_median"] = round(median["spark"] / median["spark_rdd"], 3)
+        # each repeat ran both jobs back to back: the median of those pairs' ratios
+        out["ratio_new_to_old_paired_median"] = round(
+            statistics.median(new["mb_per_s"] / old["mb_per_s"] for new, old in zip(runs["spark"], runs["spark_rdd"])),
+            3,
+        )
+        out["ratio_new_to_old_cpu_median"] = round(
+            statistics.median(r["mb_per_cpu_s"] for r in runs["spark"])
+            / statistics.median(r["mb_per_cpu_s"] for r in runs["spark_rdd"]),
+            3,
+        )
+        out["ratio_rows_to_old"] = round(out["spark_rows"]["mb_per_s"] / out["spark_rdd"]["mb_per_s"], 3)
         if args.profile:
             import glob
             import io

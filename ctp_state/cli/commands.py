@@ -457,10 +457,19 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
     show_default="local[*]",
     help="Spark master.",
 )
+@click.option(
+    "--remote",
+    default=lambda: os.environ.get("SPARK_REMOTE") or None,
+    help="Reconcile through this Spark Connect server (sc://host:port) instead of a local Spark "
+    "[default: $SPARK_REMOTE].",
+)
 @settings_options(ReconcileSettings, ["target_file_bytes", "max_bytes_per_partition", "idle_lag", "claim_wait_s"])
 @command
-def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master: str, **knobs: Any) -> None:
-    """Run the Spark reconciler (the same app Airflow submits) on a local Spark."""
+def reconcile(
+    store: ObjectStore, as_json: bool, topics: tuple[str, ...], master: str, remote: str | None, **knobs: Any
+) -> None:
+    """Run the Spark reconciler (the same app Airflow submits) on a local Spark, a
+    cluster master, or through a Spark Connect server."""
     from ctp_state.cli.spark import reconcile_with_spark
 
     settings = from_options(ReconcileSettings, knobs)
@@ -473,7 +482,7 @@ def reconcile(store: ObjectStore, as_json: bool, topics: tuple[str, ...], master
             progress.update(task, description=f"{stage}", completed=done, total=total)
 
         summary = reconcile_with_spark(
-            store, settings, master=master, topics=list(topics) or None, on_progress=on_progress
+            store, settings, master=master, remote=remote, topics=list(topics) or None, on_progress=on_progress
         )
     if as_json:
         emit(True, encode(summary))

@@ -15,15 +15,17 @@ def reconcile_with_spark(
     store: ObjectStore,
     settings: ReconcileSettings,
     *,
-    master: str,
+    master: str | None,
+    remote: str | None = None,
     topics: Sequence[str] | None = None,
     app_name: str = "ctp-reconcile",
     on_progress: Callable[[str, int, int], None] | None = None,
 ) -> Any:
-    """One reconcile run with its L1 files built by Spark on ``master``; returns the summary."""
+    """One reconcile run with its L1 files built by Spark on ``master`` (or through the
+    Spark Connect server ``remote``, sc://host:port); returns the summary."""
     from spark_apps import reconcile as app
 
-    spark = app.spark_session(master, app_name=app_name)
+    spark = app.spark_session(None if remote else master, app_name=app_name, remote=remote)
     try:
         kw: dict[str, Any] = {"on_progress": on_progress} if on_progress else {}
         # store.url reopens the same store in the Spark workers

@@ -27,13 +27,20 @@ def spark(moto) -> Iterator[object]:
     s.stop()
 
 
-def spark_submit(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def spark_submit(
+    env: dict[str, str], *args: str, timeout: float = 300, master: str = "local[2]"
+) -> subprocess.CompletedProcess:
     """Run the reconciler with spark-submit in its own session (so a crash injected with
     CTP_FAULT kills the whole application, JVM and Python workers alike)."""
     exe = shutil.which("spark-submit") or os.path.join(os.path.dirname(sys.executable), "spark-submit")
-    proc = subprocess.Popen([exe, "--master", "local[2]", "--conf", "spark.ui.enabled=false", APP, *args],
-                            env=with_this_checkout(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [exe, "--master", master, "--conf", "spark.ui.enabled=false", APP, *args],
+        env=with_this_checkout(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
