@@ -325,3 +325,16 @@ def test_connect_session_sizes_and_warms_without_a_spark_context(connect_server)
 def test_remote_and_master_together_are_refused():
     with pytest.raises(ValueError, match="not both"):
         app.spark_session("local[2]", remote="sc://127.0.0.1:1")
+
+
+def test_ctp_reconcile_runs_through_a_connect_server(connect_server, store, subprocess_env):
+    """The CLI's --remote: the same build job, no local JVM."""
+    from tests.core.test_cli import ctp
+
+    sent = produce_rounds(store, partitions=2, rounds=2, per=30)
+    env = {**subprocess_env, **NO_JVM, "CTP_STORE": store.url}
+    r = ctp(env, "reconcile", "--remote", connect_server, "--target-file-mb", "0.002", "--json")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    summary = json.loads(r.stdout)
+    assert summary["ok"] and summary["records"] == 120 and summary["partitions_reconciled"] == 2
+    assert_exactly_once(store, "t", sent)
