@@ -249,14 +249,14 @@ def test_default_parallelism_on_a_classic_session(spark):
 
 def test_the_rows_path_for_big_plans_lifts_everything_exactly_once(spark, store):
     sent = produce_rounds(store, partitions=3, rounds=2, per=30)
-    from ctp_state.reconcile import ReconcileConfig
+    from ctp_state.settings import ReconcileSettings
 
     summary = run_reconcile(
         store,
-        config=ReconcileConfig(target_file_bytes=1500),
+        config=ReconcileSettings(target_file_bytes=1500),
         map_files=app.spark_map_files(spark, store.url, "zstd", inline_plan_mb=0),
     )
-    assert summary["ok"] and summary["records"] == 180 and summary["l1_files"] > 3
+    assert summary.ok and summary.records == 180 and summary.l1_files > 3
     assert_exactly_once(store, "t", sent)
 
 

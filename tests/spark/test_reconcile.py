@@ -116,7 +116,7 @@ def test_rerun_is_idempotent_and_new_data_appends(spark, store):
     assert again.records == 0 and again.l1_files == 0 and again.ok
     more = produce_rounds(store, partitions=2, rounds=1, per=7)
     third = app.run(spark, spark_args(store))
-    assert third["records"] == 14
+    assert third.records == 14
     assert_exactly_once(store, "t", {p: sent[p] + more[p] for p in sent})
 
 
@@ -154,8 +154,8 @@ def test_a_racing_reconciler_is_fenced_and_never_double_commits(store):
     results["b"] = run_reconcile(store, config=ReconcileSettings(claim_wait_s=30))
     b_done.set()
     ta.join(60)
-    assert results["b"]["partitions_reconciled"] == 2
-    assert results["a"]["partitions_fenced"] == 2 and not results["a"]["ok"]
+    assert results["b"].partitions_reconciled == 2
+    assert results["a"].partitions_fenced == 2 and not results["a"].ok
     for p in range(2):
         accepted = []
         st = sm.PartitionState("t", p)
