@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 
 from ctp_state import layout, validate
-from ctp_state.errors import CorruptData, InvalidEpoch, ObjectNotFound
+from ctp_state.errors import CorruptData, InvalidEpoch, ObjectNotFound, StoreError
 from ctp_state.sequence import create_next
 from ctp_state.storage import ObjectStore
 
@@ -110,7 +110,10 @@ class ClusterEpoch:
             what="cluster epoch advance",
             attempts=MAX_ADVANCE_ATTEMPTS,
         )
-        self._write_hint(nxt)
+        try:
+            self._write_hint(nxt)
+        except (StoreError, OSError) as e:  # C moved: failing now would make a retry advance twice
+            log.warning("advanced the cluster epoch to %d but could not update its hint: %s", nxt, e)
         return nxt
 
 

@@ -12,7 +12,7 @@
     runs/produce/<producer id>.json             an input produced completely (ctp produce)
     runs/reconcile/<seq:020d>.json              reconcile run summaries (a dense sequence)
     gc/history/<seq:020d>.json                  GC history records (a dense sequence)
-    gc/partitions/<seq:020d>.parquet            each GC run's partition view
+    gc/partitions/<seq:020d>-<run id>.parquet   each GC run's partition view
     reports/gc/...                              the published operator report
 
 Zero-padding makes byte-wise key order equal numeric order, so listing a log lists
@@ -48,8 +48,11 @@ def parse_sequence_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def gc_partitions_key(seq: int) -> str:
-    return f"{GC_PARTITIONS}{seq:020d}.parquet"
+def gc_partitions_key(seq: int, run_id: str) -> str:
+    """The partition view of GC run ``run_id``, written before it tries to own record
+    ``seq``: named by the run too, so a run that loses the race for ``seq`` never
+    overwrites the winner's view."""
+    return f"{GC_PARTITIONS}{seq:020d}-{run_id}.parquet"
 
 
 def _epoch18(epoch: int) -> str:

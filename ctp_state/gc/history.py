@@ -4,7 +4,7 @@
 
     gc/history/<seq:020d>.json        one record per run (dense seq, create-if-absent)
     gc/history/hint                   newest seq an appender saw (a hint, may lag)
-    gc/partitions/<seq:020d>.parquet  that run's view of every partition (M(p), lower
+    gc/partitions/<seq:020d>-<run id>.parquet  that run's view of every partition (M(p), lower
                                       bounds, the L1 sweep's watermarks)
 
 A record is written once with create-if-absent (a :class:`~ctp_state.sequence.DenseSequence`
@@ -63,8 +63,8 @@ def record_key(seq: int) -> str:
     return layout.sequence_key(HISTORY_PREFIX, seq)
 
 
-def partitions_key(seq: int) -> str:
-    return layout.gc_partitions_key(seq)
+def partitions_key(seq: int, run_id: str) -> str:
+    return layout.gc_partitions_key(seq, run_id)
 
 
 class GcHistory:
@@ -102,10 +102,13 @@ class GcHistory:
 
     # --- per-run partition views ---
 
-    def write_partitions(self, seq: int, table: pa.Table) -> str:
+    def write_partitions(self, seq: int, table: pa.Table, run_id: str) -> str:
+        """Write run ``run_id``'s view for record ``seq`` (before the record is created;
+        a run that then loses ``seq`` leaves its view unreferenced, never the winner's
+        replaced) and return its key."""
         buf = io.BytesIO()
         pq.write_table(table.cast(PARTITION_SCHEMA), buf, compression="zstd")
-        key = partitions_key(seq)
+        key = partitions_key(seq, run_id)
         self.store.put(key, buf.getvalue())
         return key
 

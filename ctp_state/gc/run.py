@@ -312,7 +312,7 @@ def run_gc(
             )
             view = (
                 history.write_partitions(
-                    seq, partition_view_table(p.views, marks if marks is not None else p.watermarks)
+                    seq, partition_view_table(p.views, marks if marks is not None else p.watermarks), p.run_id
                 )
                 if with_view
                 else None

@@ -16,7 +16,7 @@ import pytest
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError
 from ctp_state.gc import run_gc
-from ctp_state.gc.history import GcHistory, partitions_key, record_key
+from ctp_state.gc.history import GcHistory, record_key
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
@@ -41,7 +41,8 @@ def _damage_newest_record(store):
 
 
 def _drop_newest_view(store):
-    store.delete_many([partitions_key(GcHistory(store).last_seq())])
+    h = GcHistory(store)
+    store.delete_many([h.get(h.last_seq()).partitions_key])
 
 
 @pytest.mark.parametrize("damage", [_damage_newest_record, _drop_newest_view], ids=["flipped-bit", "view-lost"])

@@ -16,7 +16,7 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, GateFailed, StoreError
 from ctp_state.gc import l1 as gc_l1
 from ctp_state.gc import prepare, run_gc
-from ctp_state.gc.history import GcHistory, partitions_key
+from ctp_state.gc.history import GcHistory
 from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
@@ -113,7 +113,7 @@ def test_a_lower_bound_decrease_fails_the_partition_state_suite(store, gate):
         "min_epoch_lower_bound",
         [[v + 10 for v in view.column("min_epoch_lower_bound").to_pylist()]],
     )
-    h.append(lambda seq: msgspec.structs.replace(first, partitions_key=h.write_partitions(seq, raised)))
+    h.append(lambda seq: msgspec.structs.replace(first, partitions_key=h.write_partitions(seq, raised, "edited")))
     before = l0_keys(store)
     with pytest.raises(GateFailed, match="partition_state"):
         run_gc(store, gate=gate)
@@ -385,7 +385,7 @@ def test_history_records_are_append_only_and_versioned(store, gate):
     run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     h = GcHistory(store)
     assert h.last_seq() == 1 and [r.seq for r in h.records()] == [0, 1]
-    assert store.head(partitions_key(1)) is not None
+    assert store.head(h.get(1).partitions_key) is not None
     from ctp_state.errors import KeyExists
 
     with pytest.raises(KeyExists):
@@ -457,3 +457,49 @@ def test_the_partition_state_table_carries_pending_epochs_from_the_logs_and_m(st
     assert {r["candidate_m"] for r in rows.values()} == {logs.decision.m} and logs.decision.m < c
     assert gate(logs.frames).success
     assert run_gc(store, gate=gate).status == "ok"
+
+
+def test_a_gc_run_that_loses_the_race_for_a_seq_leaves_the_winners_partition_view_alone(store):
+    """Each run writes its view before it tries to own the record: two runs that both
+    aim at seq n must not leave record n (the winner's) pointing at the loser's rows,
+    which the next run would take as its reference for lower bounds and watermarks."""
+    from ctp_state import codec, records
+    from ctp_state.gc.history import PARTITION_SCHEMA
+    from ctp_state.records import GcRecord
+    from ctp_state.sequence import create_next
+
+    h = GcHistory(store)
+
+    def view(topic: str) -> pa.Table:
+        row = {f.name: 0 for f in PARTITION_SCHEMA} | {"topic": topic, "source": "log"}
+        return pa.Table.from_pylist([row], schema=PARTITION_SCHEMA)
+
+    def record(run: str, key: str, seq: int = -1) -> GcRecord:
+        return GcRecord(
+            run_id=run,
+            status="ok",
+            started_ms=0,
+            finished_ms=0,
+            seconds=0.0,
+            m=5,
+            partitions_key=key,
+            seq=seq,
+            v=GcRecord.VERSION,
+        )
+
+    h.append(lambda seq: record("run-a", h.write_partitions(seq, view("a"), "run-a")))
+    # run B read the history before A's record landed: it also builds for seq 0, and loses
+    got = create_next(
+        store,
+        0,
+        lambda seq: (
+            h.seq.key(seq),
+            codec.seal(records.encode(record("run-b", h.write_partitions(seq, view("b"), "run-b"), seq))),
+        ),
+        after_loss=lambda _n: h.last_seq() + 1,
+        what="b",
+        attempts=3,
+    )
+    assert got == 1
+    won = h.get(0)
+    assert won.run_id == "run-a" and [r.topic for r in h.read_partitions(won.partitions_key)] == ["a"]

@@ -92,3 +92,20 @@ def test_two_advancers_never_own_the_same_epoch(store):
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda _: ClusterEpoch(store).advance(), range(16)))
     assert sorted(got) == list(range(before + 1, before + 17))
+
+
+def test_an_advance_whose_hint_write_fails_still_reports_the_epoch_it_took(store):
+    """The marker is the fact; the hint only saves readers a listing. Failing the
+    advance after C moved would make a retry (Airflow's) advance twice."""
+    from ctp_state.errors import StoreError
+    from tests.support import Wrapped
+
+    class HintDown(Wrapped):
+        def put(self, key, data):
+            if key == layout.EPOCH_HINT:
+                raise StoreError("connection reset while writing the hint")
+            return self.inner.put(key, data)
+
+    before = ClusterEpoch(store).current()
+    assert ClusterEpoch(HintDown(store)).advance() == before + 1
+    assert ClusterEpoch(store).current() == before + 1
