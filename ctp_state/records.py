@@ -6,7 +6,7 @@ record                 where it lives
 :class:`ReconcileSummary`  ``runs/reconcile/<seq>.json`` (sealed), one per reconcile run,
                        with a :class:`PartitionReport` per partition
 :class:`GcRecord`      ``gc/history/<seq>.json`` (sealed), one per GC run
-:class:`GcPartitionView`   a row of ``gc/partitions/<seq>.parquet``: one partition as a
+:class:`GcPartitionView`   a row of ``gc/partitions/<seq>-<run id>.parquet``: one partition as a
                        GC run saw it (M(p), lower bound, the L1 sweep's watermarks)
 :class:`PartitionFacts`    one partition's state as plain data (``ctp status --json``,
                        the reconcile summary)
@@ -233,7 +233,7 @@ class GcRecord(Record, frozen=True, kw_only=True):
     m_high_water_before: int | None = None
     m_high_water: int | None = None  # the highest M any passing run recorded, up to this one
     partitions: int = 0
-    partitions_key: str | None = None  # gc/partitions/<seq>.parquet: this run's GcPartitionView rows
+    partitions_key: str | None = None  # gc/partitions/<seq>-<run id>.parquet: this run's GcPartitionView rows
     summary_run_id: str | None = None
     m_digest: str | None = None
     history_skipped: tuple[HistorySkip, ...] = ()
@@ -280,7 +280,7 @@ class GcRecord(Record, frozen=True, kw_only=True):
 
 
 class GcPartitionView(msgspec.Struct, frozen=True, kw_only=True):
-    """One partition as a GC run saw it: a row of ``gc/partitions/<seq>.parquet``."""
+    """One partition as a GC run saw it: a row of ``gc/partitions/<seq>-<run id>.parquet``."""
 
     WHAT: ClassVar[str] = "GC partition view"
 
