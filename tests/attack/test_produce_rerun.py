@@ -40,6 +40,7 @@ from ctp_state.topics import create_topic
 from tests.attack.conftest import LostResponses
 from tests.attack.helpers import values
 from tests.attack.test_producer_eviction import crowd_out
+from tests.support import Wrapped
 
 
 def _write(path, lines) -> str:
@@ -101,7 +102,7 @@ def test_a_rerun_after_an_unknown_outcome_writes_nothing_twice_even_after_evicti
     assert sorted(mine) == [f"v{i}".encode() for i in range(6)], (_summary(second), mine)
 
 
-class _CutLogAfterLoss(ObjectStore):
+class _CutLogAfterLoss(Wrapped):
     """LostResponses for one log entry, then every request for that partition's log
     fails (the connection to the store is gone for the rest of the run)."""
 
@@ -124,24 +125,12 @@ class _CutLogAfterLoss(ObjectStore):
         self._cut(k)
         return self.inner.get(k)
 
-    def get_range(self, k, s, n):
-        return self.inner.get_range(k, s, n)
-
-    def head(self, k):
-        return self.inner.head(k)
-
     def list(self, prefix="", start_after=None):
         self._cut(prefix)
         return self.inner.list(prefix, start_after)
 
-    def list_level(self, prefix):
-        return self.inner.list_level(prefix)
 
-    def _delete_batch(self, keys):
-        return self.inner._delete_batch(keys)
-
-
-class _EpochBlip(ObjectStore):
+class _EpochBlip(Wrapped):
     """The first L0 upload is slow (the producer's 5 s epoch TTL runs out meanwhile);
     after it, one read of the cluster epoch fails (a network blip)."""
 
@@ -166,28 +155,13 @@ class _EpochBlip(ObjectStore):
                 time.sleep(5.2)
         return self.inner.put(key, data)
 
-    def put_if_absent(self, key, data):
-        return self.inner.put_if_absent(key, data)
-
     def get(self, k):
         self._epoch_read(k)
         return self.inner.get(k)
 
-    def get_range(self, k, s, n):
-        return self.inner.get_range(k, s, n)
-
-    def head(self, k):
-        return self.inner.head(k)
-
     def list(self, prefix="", start_after=None):
         self._epoch_read(prefix)
         return self.inner.list(prefix, start_after)
-
-    def list_level(self, prefix):
-        return self.inner.list_level(prefix)
-
-    def _delete_batch(self, keys):
-        return self.inner._delete_batch(keys)
 
 
 def test_an_epoch_read_failing_between_batches_still_reports_every_record(fstore, tmp_path, monkeypatch):

@@ -29,9 +29,10 @@ from ctp_state.producer import Producer
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
+from tests.support import Wrapped
 
 
-class _Interfere(ObjectStore):
+class _Interfere(Wrapped):
     """While ctp produce uploads its first L0 object: the cluster epoch advances twice
     and another producer writes t/1 at each new epoch (so t/1's previous applied epoch
     passes the one ctp produce cached). From then on t/0's log does not answer creates
@@ -55,24 +56,6 @@ class _Interfere(ObjectStore):
         if self.fired and key.startswith("logs/t/000000/"):
             raise StoreError(f"connection refused for {key!r}")  # never reached the store
         return self.inner.put_if_absent(key, data)
-
-    def get(self, k):
-        return self.inner.get(k)
-
-    def get_range(self, k, s, n):
-        return self.inner.get_range(k, s, n)
-
-    def head(self, k):
-        return self.inner.head(k)
-
-    def list(self, prefix="", start_after=None):
-        return self.inner.list(prefix, start_after)
-
-    def list_level(self, prefix):
-        return self.inner.list_level(prefix)
-
-    def _delete_batch(self, keys):
-        return self.inner._delete_batch(keys)
 
 
 def test_a_chunk_not_accepted_beside_a_stale_epoch_retry_is_still_reported(fstore, tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import pytest
 
 from ctp_state.errors import StoreError
 from ctp_state.storage import ObjectStore
+from tests.support import Wrapped
 
 
 @pytest.fixture
@@ -19,7 +20,7 @@ def gate(tmp_path):
     return GxGate(str(tmp_path / "report"))
 
 
-class LostResponses(ObjectStore):
+class LostResponses(Wrapped):
     """Wraps a real store. A create-if-absent (or put) of a key matching ``pattern``
     is carried out, then reported as a failure, ``times`` times in all (None: always):
     the write persisted but its response was lost, as when a connection drops after
@@ -60,18 +61,3 @@ class LostResponses(ObjectStore):
     def get(self, k):
         self._cut(k)
         return self.inner.get(k)
-
-    def get_range(self, k, s, n):
-        return self.inner.get_range(k, s, n)
-
-    def head(self, k):
-        return self.inner.head(k)
-
-    def list(self, prefix="", start_after=None):
-        return self.inner.list(prefix, start_after)
-
-    def list_level(self, prefix):
-        return self.inner.list_level(prefix)
-
-    def _delete_batch(self, keys):
-        return self.inner._delete_batch(keys)
