@@ -164,7 +164,6 @@ class ReconcileSettings:
     )
     compression: str = knob("zstd", "compression", "L1 Parquet compression.", kind=str, choices=COMPRESSIONS)
     threads: int = 16  # driver-side claim/commit concurrency
-    profile_dir: str | None = None  # write a cProfile of each L1 build here (benchmarks/bench_reconcile.py --profile)
 
     def __post_init__(self) -> None:
         _check(self)

@@ -36,7 +36,6 @@ from ctp_state.sequence import DenseSequence
 from ctp_state.storage import ObjectStore
 
 HISTORY_PREFIX = layout.GC_HISTORY
-HISTORY_HINT = HISTORY_PREFIX + "hint"
 PARTITIONS_PREFIX = layout.GC_PARTITIONS
 PASSED = GcRecord.PASSED
 

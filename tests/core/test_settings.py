@@ -92,7 +92,7 @@ def test_every_field_is_either_a_knob_or_internal():
     for cls in (ReconcileSettings, GcSettings):
         knobs = {o.field for o in options(cls)}
         internal = {f.name for f in fields(cls)} - knobs
-        assert internal <= {"threads", "profile_dir", "list_threads", "read_threads", "history_tail", "sweep_topics"}
+        assert internal <= {"threads", "list_threads", "read_threads", "history_tail", "sweep_topics"}
 
 
 def test_nothing_below_the_entry_points_reads_the_environment():
