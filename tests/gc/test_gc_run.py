@@ -503,3 +503,17 @@ def test_a_gc_run_that_loses_the_race_for_a_seq_leaves_the_winners_partition_vie
     assert got == 1
     won = h.get(0)
     assert won.run_id == "run-a" and [r.topic for r in h.read_partitions(won.partitions_key)] == ["a"]
+
+
+@pytest.mark.parametrize("name", ["00000000000000000005-00000000000000000003.parquet", "5-9.parquet"])
+def test_a_key_under_l1_that_ctp_never_writes_stops_the_run_and_is_named(store, gate, name):
+    """L1 names are parsed by layout.parse_l1_key alone: a name no reconciler writes (last
+    before first, or not 20 digits) is never collected as an orphan; the run stops
+    before any delete and names the key, as for L0."""
+    reconciled(store)
+    key = f"l1/t/000000/{name}"
+    store.put(key, b"not parquet")
+    before = l0_keys(store)
+    with pytest.raises(CorruptData, match=re.escape(key)):
+        run_gc(store, gate=gate, config=GcSettings(l1_full_sweep_s=0, l1_grace_s=0))
+    assert l0_keys(store) == before and store.head(key) is not None
