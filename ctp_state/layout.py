@@ -7,7 +7,7 @@
     meta/topics/<topic>.json                    topic metadata (partition count)
     logs/<topic>/<partition:06d>/<offset:020d>.json        state-log entries
     snapshots/<topic>/<partition:06d>/latest.json          newest state snapshot
-    l0/<spread:03d>/<epoch:018d>/<uuid>.l0     L0 objects (DESIGN 2b)
+    l0/<spread:03d>/<epoch:018d>/<uuid>.l0     L0 objects (docs/design.md, section 7)
     l1/<topic>/<partition:06d>/<first:020d>-<last:020d>.parquet   L1 files
     runs/produce/<producer id>.json             an input produced completely (ctp produce)
     runs/reconcile/<seq:020d>.json              reconcile run summaries (a dense sequence)
