@@ -21,6 +21,14 @@ class ConfigError(CtpError):
     """A setting (environment variable, URL, CLI flag) is missing or malformed."""
 
 
+class StoreNotFound(ConfigError):
+    """The store a reading command names does not exist (a ``file://`` directory)."""
+
+    def __init__(self, url: str, reason: str):
+        self.url, self.reason = url, reason
+        super().__init__(f"store {url} does not exist ({reason})")
+
+
 class InvalidTopicName(CtpError):
     def __init__(self, name: str, reason: str):
         self.name = name

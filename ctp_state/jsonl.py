@@ -3,7 +3,9 @@
 Fields: ``topic`` (string), ``partition`` (int), ``value`` (utf-8 text) or
 ``value_b64`` (base64), optional ``key`` / ``key_b64``, ``headers`` (an object of
 name -> utf-8 text, or a list of ``[name, text]`` pairs; ``headers_b64`` likewise with
-base64 values), ``timestamp`` (int ms since the Unix epoch; default: now).
+base64 values), ``timestamp`` (int ms since the Unix epoch; default: now), and
+``offset``, which is ignored: the partition assigns offsets. So what ``ctp read``
+prints (:func:`format_record`) is valid input again: it round-trips.
 """
 
 from __future__ import annotations
@@ -19,7 +21,48 @@ from ctp_state import validate
 from ctp_state.errors import InvalidRecord
 from ctp_state.l0 import Record
 
-_FIELDS = {"topic", "partition", "key", "key_b64", "value", "value_b64", "headers", "headers_b64", "timestamp"}
+_FIELDS = {"topic", "partition", "key", "key_b64", "value", "value_b64", "headers", "headers_b64", "timestamp", "offset"}
+
+
+def _as_text(v: bytes) -> str | None:
+    try:
+        return v.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def format_record(
+    topic: str,
+    partition: int,
+    offset: int | None,
+    timestamp_ms: int,
+    key: bytes | None,
+    value: bytes,
+    headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...],
+) -> dict[str, Any]:
+    """One record as a JSON-lines object, the inverse of :func:`parse_record`: keys,
+    values and header values as text when they are UTF-8, else as base64 (``key_b64``,
+    ``value_b64``, ``headers_b64``; the headers go all one way, so their order
+    survives)."""
+    out: dict[str, Any] = {"topic": topic, "partition": partition}
+    if offset is not None:
+        out["offset"] = offset
+    out["timestamp"] = timestamp_ms
+    for name, v in (("key", key), ("value", value)):
+        if v is None:
+            continue
+        text = _as_text(v)
+        if text is not None:
+            out[name] = text
+        else:
+            out[name + "_b64"] = base64.b64encode(v).decode()
+    if headers:
+        texts = [_as_text(v) for _, v in headers]
+        if all(t is not None for t in texts):
+            out["headers"] = [[k, t] for (k, _), t in zip(headers, texts)]
+        else:
+            out["headers_b64"] = [[k, base64.b64encode(v).decode()] for k, v in headers]
+    return out
 
 
 def _bytes(obj: dict[str, Any], name: str, where: str, required: bool) -> bytes | None:

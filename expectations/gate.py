@@ -7,7 +7,7 @@ and decides from those results alone. No file feeds the decision: GCs that share
 report directory cannot judge each other's tables or rewrite each other's suites.
 
 Data Docs for operators go into the report directory (``ctp gc --report-dir``, default
-``./ctp-report``)::
+``~/.ctp/reports/<store name>-<hash>/``, one per store)::
 
     <report-dir>/ctp-store.json                  the store this directory belongs to
     <report-dir>/gx/uncommitted/data_docs/local_site/

@@ -19,13 +19,31 @@ from ctp_state.storage import ObjectStore
 from expectations.gate import GxGate, claim
 from expectations.report import publish, write_summary_page
 
-DEFAULT_REPORT_DIR = "ctp-report"
 REPORT_RUNS = 200  # runs shown on the summary page
 
 
-def report_dir_from_env(env: Mapping[str, str]) -> str:
-    """``$CTP_REPORT_DIR`` from the caller's environment, else ``./ctp-report``."""
-    return os.path.abspath(env.get("CTP_REPORT_DIR") or DEFAULT_REPORT_DIR)
+def default_report_dir(store_url: str, home: str) -> str:
+    """The report directory of one store: ``<home>/.ctp/reports/<name>-<hash>``, the
+    name being the URL's last path segment (or bucket) and the hash the first 12 hex of
+    the SHA-256 of the redacted URL, so two stores never share (and so never overwrite)
+    a report, and the same store always finds its own."""
+    import hashlib
+    import re
+
+    from ctp_state.storage import redact_url
+
+    url = redact_url(store_url).rstrip("/")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", url.rsplit("/", 1)[-1] or "store")[:40].strip("._") or "store"
+    digest = hashlib.sha256(url.encode()).hexdigest()[:12]
+    return os.path.join(home, ".ctp", "reports", f"{name}-{digest}")
+
+
+def report_dir_from_env(env: Mapping[str, str], store_url: str) -> str:
+    """``$CTP_REPORT_DIR`` from the caller's environment, else the store's own
+    directory under ``$HOME/.ctp/reports/`` (:func:`default_report_dir`)."""
+    if env.get("CTP_REPORT_DIR"):
+        return os.path.abspath(env["CTP_REPORT_DIR"])
+    return default_report_dir(store_url, env.get("HOME") or os.path.expanduser("~"))
 
 
 @dataclass

@@ -44,22 +44,29 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
-def command(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--store``/``--json`` and turn every error into one line and exit 1."""
+#: How a command opens its store: ``"read"`` refuses a ``file://`` store that does not
+#: exist (a mistyped path must not read as an empty store), ``"create"`` creates it,
+#: ``"flag"`` refuses unless ``--create-store`` is given.
+StoreMode = str
 
-    @click.option(
-        "--store",
-        "store_url",
-        default=default_store_url,
-        show_default="$CTP_STORE or ~/.ctp/store",
-        help="Store URL: file:///abs/path or s3://bucket/prefix.",
-    )
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
-    @wraps(fn)
-    def wrapper(store_url: str, as_json: bool, **kwargs: Any) -> None:
+
+def command(fn: Callable[..., Any] | None = None, *, store: StoreMode = "read") -> Any:
+    """Add ``--store``/``--json`` (and ``--create-store`` for ``store="flag"``) and turn
+    every error into one line: usage errors exit 2, everything else 1."""
+    if fn is None:
+        return lambda f: command(f, store=store)
+
+    def wrapper(store_url: str, as_json: bool, create_store: bool = False, **kwargs: Any) -> None:
+        from ctp_state.errors import StoreNotFound
+
         try:
-            store = open_store(store_url, os.environ)
-            fn(store, as_json, **kwargs)
+            opened = open_store(store_url, os.environ, create=store == "create" or create_store)
+            fn(opened, as_json, **kwargs)
+        except click.ClickException:
+            raise  # usage errors: _OneLineErrors prints "error: ..." and exits 2
+        except StoreNotFound as e:
+            hint = "ctp topic create creates it" + (", or pass --create-store" if store == "flag" else "")
+            fail(f"{e}: check --store / $CTP_STORE; {hint}")
         except CtpError as e:
             fail(str(e))
         except (OSError, ValueError) as e:
@@ -69,7 +76,19 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             fail(f"unexpected {type(e).__name__}: {e} (set CTP_DEBUG=1 for a traceback)")
 
-    return wrapper
+    decorated: Callable[..., Any] = wraps(fn)(wrapper)
+    if store == "flag":
+        decorated = click.option(
+            "--create-store", is_flag=True, help="Create the file:// store directory if it does not exist."
+        )(decorated)
+    decorated = click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(decorated)
+    return click.option(
+        "--store",
+        "store_url",
+        default=default_store_url,
+        show_default="$CTP_STORE or ~/.ctp/store",
+        help="Store URL: file:///abs/path or s3://bucket/prefix.",
+    )(decorated)
 
 
 def emit(as_json: bool, data: Any, table: Table | str | None = None) -> None:
@@ -180,7 +199,7 @@ def topic() -> None:
 @click.argument("name")
 @click.option("--partitions", "-p", type=int, required=True, help="Number of partitions.")
 @click.option("--exist-ok", is_flag=True, help="Succeed if the topic exists with this partition count.")
-@command
+@command(store="create")
 def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, exist_ok: bool) -> None:
     """Create topic NAME (or finish a crashed creation)."""
     from ctp_state.topics import create_topic
@@ -235,7 +254,7 @@ def epoch_show(store: ObjectStore, as_json: bool) -> None:
 
 
 @epoch.command("advance")
-@command
+@command(store="flag")
 def epoch_advance(store: ObjectStore, as_json: bool) -> None:
     """Atomically advance the cluster epoch by one and print the new value."""
     c = ClusterEpoch(store).advance()
@@ -275,7 +294,7 @@ def _progress() -> Progress:
     "other bytes is another producer; to write a file twice on purpose, give a new name. For "
     "--generate the id itself (default: a fresh one).",
 )
-@command
+@command(store="flag")
 def produce(
     store: ObjectStore,
     as_json: bool,
@@ -380,8 +399,11 @@ def _read_input(store: ObjectStore, file: str) -> tuple[list[tuple[str, int, Rec
     from ctp_state.topics import get_topic
 
     name = "<stdin>" if file == "-" else file
-    with click.open_file(file, "rb") as f:
-        raw = f.read()
+    try:
+        with click.open_file(file, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CtpError(f"{name}: {e.strerror or e}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -464,7 +486,7 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
     "[default: $SPARK_REMOTE].",
 )
 @settings_options(ReconcileSettings, ["target_file_bytes", "max_bytes_per_partition", "idle_lag", "claim_wait_s"])
-@command
+@command(store="flag")
 def reconcile(
     store: ObjectStore, as_json: bool, topics: tuple[str, ...], master: str, remote: str | None, **knobs: Any
 ) -> None:
@@ -512,12 +534,13 @@ def read(
     """Print a partition's records from an offset, across L1 and not-yet-reconciled L0,
     one JSON object per line.
 
-    Values and keys print as text when they are utf-8, else as base64 (key_b64/value_b64).
+    Keys, values and header values print as text when they are UTF-8, else as base64
+    (key_b64/value_b64/headers_b64): the output is valid `ctp produce` input (its
+    offsets are ignored there).
     """
-    import base64
-
     import pyarrow as pa
 
+    from ctp_state.jsonl import format_record
     from ctp_state.read import read_partition
 
     table = read_partition(store, topic_name, partition, from_offset, limit)
@@ -525,18 +548,9 @@ def read(
     # outside Python's range (written before ctp bounded them) could break.
     ms = table.column("timestamp").cast(pa.int64()).to_pylist()
     for row, ts in zip(table.drop_columns(["timestamp"]).to_pylist(), ms):
-        out: dict[str, Any] = {"offset": row["offset"], "timestamp": ts}
-        for name in ("key", "value"):
-            v = row[name]
-            if v is None:
-                continue
-            try:
-                out[name] = v.decode()
-            except UnicodeDecodeError:
-                out[name + "_b64"] = base64.b64encode(v).decode()
-        if row["headers"]:
-            out["headers"] = [[h["key"], base64.b64encode(h["value"]).decode()] for h in row["headers"]]
-        click.echo(json.dumps(out))
+        headers = [(h["key"], h["value"]) for h in row["headers"] or ()]
+        line = format_record(topic_name, partition, row["offset"], ts, row["key"], row["value"], headers)
+        click.echo(json.dumps(line, ensure_ascii=False))
 
 
 # --- gc and validate -----------------------------------------------------------------
@@ -547,7 +561,8 @@ def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         "--report-dir",
         type=click.Path(file_okay=False),
         default=None,
-        help="Where the GX project, Data Docs and the GC summary page go [default: $CTP_REPORT_DIR or ./ctp-report].",
+        help="Where the GX project, Data Docs and the GC summary page go [default: $CTP_REPORT_DIR, else this "
+        "store's own directory under ~/.ctp/reports/].",
     )(fn)
     return settings_options(GcSettings, ["grace_s", "l1_grace_s"])(fn)
 
@@ -588,7 +603,7 @@ def gc(
                 f"verify found {len(checked.errors)} problem(s), nothing deleted; first: "
                 f"{checked.errors[0].where}: {checked.errors[0].what}"
             )
-    report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env(os.environ)
+    report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env(os.environ, store.url)
     with _progress() as progress:
         task = progress.add_task("reading partitions", total=None)
 
@@ -640,7 +655,7 @@ def validate_cmd(store: ObjectStore, as_json: bool, report_dir: str | None, **kn
     from expectations.job import report_dir_from_env, validate_job
 
     config = from_options(GcSettings, {**knobs, "dry_run": True})
-    report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env(os.environ)
+    report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env(os.environ, store.url)
     v = validate_job(store, config, report_dir)
     if as_json:
         emit(True, encode(v))
@@ -714,7 +729,7 @@ def verify(store: ObjectStore, as_json: bool, topics: tuple[str, ...], no_object
 )
 @click.option("--no-reconcile", is_flag=True, help="Skip the Spark reconcile step.")
 @click.option("--no-gc", is_flag=True, help="Skip the GC step.")
-@command
+@command(store="create")
 def demo(
     store: ObjectStore,
     as_json: bool,
@@ -739,7 +754,7 @@ def demo(
     def gc(dry_run: bool) -> Any:
         from expectations.job import gc_job, report_dir_from_env
 
-        out = gc_job(store, GcSettings(dry_run=dry_run), report_dir_from_env(os.environ))
+        out = gc_job(store, GcSettings(dry_run=dry_run), report_dir_from_env(os.environ, store.url))
         if out.error is not None:
             raise out.error
         return out.record, out.report

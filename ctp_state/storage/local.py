@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from urllib.parse import ParseResult
 
-from ctp_state.errors import ConfigError, KeyExists, ObjectNotFound, StoreError
+from ctp_state.errors import ConfigError, KeyExists, ObjectNotFound, StoreError, StoreNotFound
 from ctp_state.storage.base import DeleteResult, ObjectInfo, ObjectStore, check_key
 from ctp_state.storage.settings import redact_url
 
@@ -23,11 +23,15 @@ class LocalStore(ObjectStore):
     fsynced temporary file: it fails with EEXIST if the key exists, and a reader never
     sees a partial object. Works on any POSIX filesystem, including NFS."""
 
-    def __init__(self, root: str, *, fsync: bool = True):
+    def __init__(self, root: str, *, fsync: bool = True, create: bool = True):
         if not os.path.isabs(root):
             raise ConfigError(f"file store path must be absolute, got {root!r}")
         self.root = os.path.normpath(root)
         self.url = "file://" + self.root
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise ConfigError(f"file store {self.url} is not a directory")
+        if not create and not os.path.isdir(self.root):
+            raise StoreNotFound(self.url, "no such directory")
         self._fsync = fsync
         self._tmp = os.path.join(self.root, _TMP_DIR)
         os.makedirs(self._tmp, exist_ok=True)
@@ -225,7 +229,7 @@ class LocalStore(ObjectStore):
             path = os.path.dirname(path)
 
 
-def open_local(parsed: ParseResult, url: str, env: Mapping[str, str]) -> LocalStore:
+def open_local(parsed: ParseResult, url: str, env: Mapping[str, str], create: bool = True) -> LocalStore:
     """The opener the registry calls for ``file://`` URLs. ``CTP_FSYNC=0`` turns off
     fsync (tests and benchmarks on throwaway stores only)."""
     if parsed.netloc not in ("", "localhost"):
@@ -233,4 +237,4 @@ def open_local(parsed: ParseResult, url: str, env: Mapping[str, str]) -> LocalSt
     if not parsed.path.startswith("/"):
         raise ConfigError(f"file store URL must be file:///absolute/path, got {url!r}")
     fsync = env.get("CTP_FSYNC", "1") not in ("0", "false", "no")
-    return LocalStore(parsed.path, fsync=fsync)
+    return LocalStore(parsed.path, fsync=fsync, create=create)

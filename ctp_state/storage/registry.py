@@ -11,8 +11,10 @@ from ctp_state.errors import ConfigError
 from ctp_state.storage.base import ObjectStore
 from ctp_state.storage.settings import redact_url
 
-#: ``(parsed URL, URL, environment) -> store``
-Opener = Callable[[ParseResult, str, Mapping[str, str]], ObjectStore]
+#: ``(parsed URL, URL, environment, create) -> store``; ``create`` is False when the
+#: caller only reads: a backend whose stores live in a place it would otherwise create
+#: (a local directory) raises :class:`~ctp_state.errors.StoreNotFound` instead.
+Opener = Callable[[ParseResult, str, Mapping[str, str], bool], ObjectStore]
 
 #: scheme -> "module:function", imported on first use (boto3 only loads for s3://).
 SCHEMES: dict[str, str] = {
@@ -34,10 +36,15 @@ def _opener(scheme: str) -> Opener | None:
     return _OPENERS.get(scheme)
 
 
-def open_store(url: str, env: Mapping[str, str]) -> ObjectStore:
+def open_store(url: str, env: Mapping[str, str], *, create: bool = True) -> ObjectStore:
     """Open the store named by ``url`` (``file:///abs/path`` or ``s3://bucket/prefix``),
     with settings (S3 endpoint and credentials, fsync) from ``env``: the entry points
-    pass their environment; nothing below them reads ``os.environ``."""
+    pass their environment; nothing below them reads ``os.environ``.
+
+    ``create=False`` for callers that only read: a ``file://`` store whose directory does
+    not exist raises :class:`~ctp_state.errors.StoreNotFound` rather than being created empty (a mistyped
+    path would otherwise read as a store with nothing in it). An S3 bucket is never
+    created; a missing one fails on the first request."""
     if not url:
         raise ConfigError("no store URL given: pass --store or set CTP_STORE")
     parsed = urlparse(url)
@@ -47,4 +54,4 @@ def open_store(url: str, env: Mapping[str, str]) -> ObjectStore:
         raise ConfigError(
             f"unsupported store URL {redact_url(url)!r}: use {known} (file:///absolute/path, s3://bucket/prefix)"
         )
-    return opener(parsed, url, env)
+    return opener(parsed, url, env, create)

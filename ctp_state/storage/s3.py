@@ -157,9 +157,10 @@ class S3Store(ObjectStore):
         self._s3.close()
 
 
-def open_s3(parsed: ParseResult, url: str, env: Mapping[str, str]) -> S3Store:
+def open_s3(parsed: ParseResult, url: str, env: Mapping[str, str], create: bool = True) -> S3Store:
     """The opener the registry calls for ``s3://`` URLs; endpoint and credentials come
-    from ``env`` (:meth:`S3Settings.from_env`), never from the URL."""
+    from ``env`` (:meth:`S3Settings.from_env`), never from the URL. ``create`` changes
+    nothing: ctp never creates a bucket, and a missing one fails on the first request."""
     if parsed.username or parsed.password:
         raise ConfigError(
             f"credentials in the store URL {redact_url(url)!r} are not allowed; "

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from ctp_state import layout
+from tests.conftest import with_this_checkout
 
 CTP = shutil.which("ctp") or os.path.join(os.path.dirname(sys.executable), "ctp")
 
@@ -191,3 +192,89 @@ def test_unreachable_s3_endpoint_is_one_line(tmp_path):
     r = ctp(env, "epoch", "show")
     assert r.returncode == 1 and r.stderr.startswith("error: S3 GET of 'cluster/epoch/hint'"), r.stderr
     assert r.stderr.count("\n") == 1 and "s3cr3t-value" not in r.stderr
+
+
+READING = [["status"], ["topic", "list"], ["epoch", "show"], ["gc"], ["read", "t", "0"], ["verify"], ["validate"]]
+
+
+def test_a_missing_file_store_is_an_error_for_reading_commands_and_created_only_on_request(tmp_path):
+    root = tmp_path / "typo" / "store"
+    env = with_this_checkout({**os.environ, "CTP_STORE": f"file://{root}", "CTP_REPORT_DIR": str(tmp_path / "r")})
+    for args in READING:
+        r = ctp(env, *args)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: store file://{root} does not exist"), r.stderr
+        assert "ctp topic create creates it" in r.stderr
+    # writing commands other than topic create need the flag
+    for args in (["epoch", "advance"], ["produce", "--generate", "--topic", "t"]):
+        r = ctp(env, *args)
+        assert r.returncode == 1 and "pass --create-store" in r.stderr, r.stderr
+    assert not root.exists() and not root.parent.exists(), "a refused command created the store"
+    assert ok(env, "epoch", "advance", "--create-store").strip() == "2"
+    shutil.rmtree(root)
+    ok(env, "topic", "create", "t", "-p", "1")
+    assert "no partitions" not in ok(env, "status")
+    # a path that is a file, not a directory, is named as such
+    (tmp_path / "afile").write_text("x")
+    r = ctp({**env, "CTP_STORE": f"file://{tmp_path / 'afile'}"}, "topic", "create", "t", "-p", "1")
+    assert r.returncode == 1 and "is not a directory" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["produce"], "error: give either FILE or --generate"),
+        (["produce", "x.jsonl", "--generate"], "error: give either FILE or --generate"),
+        (["status", "--bogus"], "error: No such option '--bogus'"),
+        (["read", "t"], "error: Missing argument 'PARTITION'"),
+        (["read", "t", "0", "--limit", "-1"], "error: Invalid value for '--limit'"),
+        (["read", "t", "0", "--from", "-1"], "error: Invalid value for '--from'"),
+        (["nosuchcommand"], "error: No such command 'nosuchcommand'"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(subprocess_env, store, args, expect):
+    r = ctp(subprocess_env, *args)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.startswith(expect) and r.stderr.count("\n") == 1, r.stderr
+    assert "unexpected" not in r.stderr and "Usage:" not in r.stderr
+
+
+def test_missing_unreadable_and_non_utf8_input_files_name_the_file(subprocess_env, store, tmp_path):
+    ok(subprocess_env, "topic", "create", "t", "-p", "1")
+    missing = tmp_path / "nope.jsonl"
+    r = ctp(subprocess_env, "produce", str(missing))
+    assert r.returncode == 1 and r.stderr == f"error: {missing}: No such file or directory\n", r.stderr
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes(b'{"topic":"t","partition":0,"value":"ok"}\n{"topic":"t","partition":0,"value":"caf\xe9"}\n')
+    r = ctp(subprocess_env, "produce", str(bad))
+    assert r.returncode == 1 and r.stderr.startswith(f"error: {bad}:2: not UTF-8"), r.stderr
+    assert r.stderr.count("\n") == 1
+    assert list(store.list(layout.L0_ROOT)) == []
+
+
+def test_ctp_read_output_is_ctp_produce_input(subprocess_env, store, tmp_path):
+    """Binary and text keys, values and headers survive read -> produce -> read."""
+    env = subprocess_env
+    ok(env, "topic", "create", "t", "-p", "1")
+    sent = [
+        {"topic": "t", "partition": 0, "value": "text", "key": "k", "headers": [["a", "1"], ["b", "ünï"]]},
+        {"topic": "t", "partition": 0, "value_b64": "AP8=", "key_b64": "/w==", "headers_b64": [["h", "AP8="]]},
+        {"topic": "t", "partition": 0, "value": "", "headers": [["x", "y"]], "timestamp": 5},
+        {"topic": "t", "partition": 0, "value": "no key, no headers", "timestamp": 1700000000000},
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in sent))
+    ok(env, "produce", str(path))
+    first = tmp_path / "first.jsonl"
+    first.write_text(ok(env, "read", "t", "0"))
+    assert json.loads(ok(env, "produce", str(first), "--json"))["accepted"] == 4
+    lines = [json.loads(x) for x in ok(env, "read", "t", "0").splitlines()]
+    assert [x.pop("offset") for x in lines] == list(range(8))
+    assert lines[:4] == lines[4:]
+    assert lines[1] == {
+        "topic": "t",
+        "partition": 0,
+        "timestamp": lines[1]["timestamp"],
+        **{k: v for k, v in sent[1].items() if k not in ("topic", "partition")},
+    }
+    assert lines[0]["headers"] == [["a", "1"], ["b", "ünï"]] and lines[2]["timestamp"] == 5

@@ -6,6 +6,8 @@ import io
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctp_state import entries as en
 from ctp_state import l0, validate
@@ -205,3 +207,35 @@ def test_jsonl_errors_name_the_line(line, match):
     with pytest.raises(InvalidRecord, match=match) as e:
         parse(good + "\n" + line + "\n")
     assert "\n" not in str(e.value)
+
+
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.binary(max_size=12) | _TEXT.map(str.encode),
+    key=st.none() | st.binary(max_size=6) | _TEXT.map(str.encode),
+    headers=st.lists(st.tuples(_TEXT, st.binary(max_size=4) | _TEXT.map(str.encode)), max_size=4),
+    ts=st.integers(0, 253402300799999),
+    offset=st.none() | st.integers(0, 2**40),
+)
+def test_what_ctp_read_prints_parses_back_as_the_same_record(value, key, headers, ts, offset):
+    from ctp_state.jsonl import format_record, parse_record
+
+    line = json.dumps(format_record("t", 3, offset, ts, key, value, headers), ensure_ascii=False)
+    topic, partition, r = parse_record(json.loads(line), "x")
+    assert (topic, partition) == ("t", 3)
+    assert (r.value, r.key, r.timestamp_ms, r.headers) == (value, key, ts, tuple(headers))
+
+
+def test_report_directories_are_per_store_and_stable():
+    from expectations.job import default_report_dir, report_dir_from_env
+
+    a = default_report_dir("file:///var/lib/ctp", "/home/u")
+    assert a.startswith("/home/u/.ctp/reports/ctp-") and a == default_report_dir("file:///var/lib/ctp/", "/home/u")
+    others = {default_report_dir(u, "/home/u") for u in ("file:///srv/ctp", "s3://bucket/ctp", "s3://bucket2/ctp")}
+    assert len(others | {a}) == 4
+    assert default_report_dir("s3://key:secret@b/p", "/h") == default_report_dir("s3://b/p", "/h")
+    assert report_dir_from_env({"HOME": "/h", "CTP_REPORT_DIR": "/r"}, "file:///x") == "/r"
+    assert report_dir_from_env({"HOME": "/h"}, "file:///x") == default_report_dir("file:///x", "/h")

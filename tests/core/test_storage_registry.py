@@ -25,7 +25,9 @@ def test_an_unknown_scheme_names_the_ones_that_work():
 
 def test_a_registered_scheme_is_opened_by_its_opener(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "_OPENERS", dict(registry._OPENERS))  # leave the process's registry alone
-    register("mem", lambda parsed, url, env: LocalStore(f"{tmp_path}/{parsed.netloc}", fsync=env.get("F") == "1"))
+    register(
+        "mem", lambda parsed, url, env, create: LocalStore(f"{tmp_path}/{parsed.netloc}", fsync=env.get("F") == "1")
+    )
     store = open_store("mem://here", {"F": "0"})
     store.put("k", b"v")
     assert (tmp_path / "here" / "k").read_bytes() == b"v"

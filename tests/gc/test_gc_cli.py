@@ -78,3 +78,25 @@ def test_kill_9_mid_delete_then_a_rerun_converges(subprocess_env, store, tmp_pat
     assert rec["status"] == "ok" and rec["deleted"] == 1100 and rec["m"] == 3
     assert {o.key for o in store.list(layout.L0_ROOT)} == set(live)
     assert GcHistory(store).last_seq() == 0
+
+
+def test_two_stores_get_two_report_directories_by_default(tmp_path):
+    """With no --report-dir and no $CTP_REPORT_DIR, each store's report lives in its own
+    directory under ~/.ctp/reports/: two stores never overwrite (or refuse) each other."""
+    import os
+
+    from expectations.job import default_report_dir
+    from tests.conftest import with_this_checkout
+
+    home = tmp_path / "home"
+    env = with_this_checkout({k: v for k, v in os.environ.items() if k != "CTP_REPORT_DIR"} | {"HOME": str(home)})
+    pages = []
+    for name in ("a", "b"):
+        url = f"file://{tmp_path / name / 'store'}"
+        ok({**env, "CTP_STORE": url}, "topic", "create", "t", "-p", "1")
+        out = ok({**env, "CTP_STORE": url}, "gc", "--dry-run")
+        page = os.path.join(default_report_dir(url, str(home)), "index.html")
+        assert f"report: {page}" in out, out
+        pages.append(page)
+    assert pages[0] != pages[1] and all(os.path.exists(p) for p in pages)
+    assert not (tmp_path / "ctp-report").exists()

@@ -642,20 +642,11 @@ def _u(v: str | None) -> bytes | None:
 
 
 def _cli_row(d: dict[str, Any]) -> tuple[int, bytes, bytes | None, int, tuple[tuple[str, bytes], ...]]:
-    def field_(name: str) -> bytes | None:
-        if name in d:
-            return d[name].encode()
-        if name + "_b64" in d:
-            return base64.b64decode(d[name + "_b64"])
-        return None
+    """A line of ``ctp read``, parsed as ``ctp produce`` input (the two round-trip)."""
+    from ctp_state.jsonl import parse_record
 
-    return (
-        d["offset"],
-        field_("value") or b"",
-        field_("key"),
-        d["timestamp"],
-        tuple((h, base64.b64decode(v)) for h, v in d.get("headers", [])),
-    )
+    _, _, r = parse_record(d, "ctp read output")
+    return (d["offset"], r.value, r.key, r.timestamp_ms, r.headers)
 
 
 def _table_rows(table: Any) -> list[tuple[int, bytes, bytes | None, int, tuple[tuple[str, bytes], ...]]]:
