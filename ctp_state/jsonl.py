@@ -21,7 +21,18 @@ from ctp_state import validate
 from ctp_state.errors import InvalidRecord
 from ctp_state.l0 import Record
 
-_FIELDS = {"topic", "partition", "key", "key_b64", "value", "value_b64", "headers", "headers_b64", "timestamp", "offset"}
+_FIELDS = {
+    "topic",
+    "partition",
+    "key",
+    "key_b64",
+    "value",
+    "value_b64",
+    "headers",
+    "headers_b64",
+    "timestamp",
+    "offset",
+}
 
 
 def _as_text(v: bytes) -> str | None:

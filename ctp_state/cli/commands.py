@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, overload
 
 import click
 from rich.console import Console
@@ -48,6 +48,14 @@ def fail(message: str) -> None:
 #: exist (a mistyped path must not read as an empty store), ``"create"`` creates it,
 #: ``"flag"`` refuses unless ``--create-store`` is given.
 StoreMode = str
+
+
+@overload
+def command(fn: Callable[..., Any]) -> Callable[..., Any]: ...
+
+
+@overload
+def command(fn: None = None, *, store: StoreMode = "read") -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
 
 def command(fn: Callable[..., Any] | None = None, *, store: StoreMode = "read") -> Any:
