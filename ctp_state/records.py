@@ -205,9 +205,23 @@ class HistorySkip(msgspec.Struct, frozen=True, kw_only=True):
     why: str
 
 
+class GcAlert(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a GC run needs a person (:mod:`ctp_state.gc.alert`): ``kind`` is
+    ``quarantine`` or ``stall``; ``where`` names the partitions."""
+
+    kind: str
+    message: str
+    where: tuple[str, ...] = ()
+
+
 def _gc_v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
     """Version 1 records were not sealed; their fields are the same."""
     return dict(d)
+
+
+def _gc_v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 adds ``alert``; runs before it raised none."""
+    return {**d, "alert": None}
 
 
 class GcRecord(Record, frozen=True, kw_only=True):
@@ -215,9 +229,9 @@ class GcRecord(Record, frozen=True, kw_only=True):
     deletes still failed after retries), ``dry_run`` -- these passed the gate and count
     for monotonic M --, ``gate_failed``, ``superseded``, ``failed``."""
 
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
     WHAT: ClassVar[str] = "GC history record"
-    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {1: _gc_v1_to_v2}
+    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {1: _gc_v1_to_v2, 2: _gc_v2_to_v3}
     PASSED: ClassVar[tuple[str, ...]] = ("ok", "partial", "dry_run")
 
     seq: int = -1  # set by the history
@@ -239,6 +253,7 @@ class GcRecord(Record, frozen=True, kw_only=True):
     history_skipped: tuple[HistorySkip, ...] = ()
     held_by: tuple[HeldBy, ...] = ()
     held_by_count: int = 0
+    alert: GcAlert | None = None  # M stalled or a partition quarantined (ctp_state.gc.alert)
     config: dict[str, Scalar] = {}
     gate: GateInfo | None = None
     # L0: listing and deletes

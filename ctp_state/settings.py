@@ -198,6 +198,21 @@ class GcSettings:
         "File store: delete temporary files of killed writes once older than this.",
         minimum=0,
     )
+    alert_stall_runs: int = knob(
+        4,
+        "alert-stall-runs",
+        "Alert when M is unchanged over this many passing GC runs (this one included) while C "
+        "advanced by --alert-stall-epochs or more (0: never; a quarantined partition always alerts).",
+        kind=int,
+        minimum=0,
+    )
+    alert_stall_epochs: int = knob(
+        3,
+        "alert-stall-epochs",
+        "How far C must have advanced over those runs for an unchanged M to be a stall.",
+        kind=int,
+        minimum=1,
+    )
     list_threads: int = 8
     read_threads: int = 32  # partitions whose state is read at once
     history_tail: int = 50

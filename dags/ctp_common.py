@@ -12,11 +12,16 @@ Configuration, first match wins:
   password = secret key, extra ``{"endpoint_url": ..., "region_name": ...}``), else the
   environment (``CTP_S3_ENDPOINT_URL``, ``AWS_*``), else boto3's own sources;
 - report directory: Variable ``ctp_report_dir``, else ``$CTP_REPORT_DIR``, else
-  ``$AIRFLOW_HOME/ctp/report``.
+  ``$AIRFLOW_HOME/ctp/report``;
+- alert hook: Variable ``ctp_alert_callback``, else ``$CTP_ALERT_CALLBACK``, a
+  ``module:function`` called with the task context when the GC DAG's ``check_m`` task
+  fails (see :func:`on_ctp_alert`).
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -108,6 +113,23 @@ def settings_params(cls: type[Any], only: Sequence[str]) -> dict[str, Param]:
             schema["enum"] = list(k.choices)
         out[o.name] = Param(o.default, description=k.help, **schema)
     return out
+
+
+def on_ctp_alert(context: Any) -> None:
+    """``on_failure_callback`` of the GC DAG's ``check_m`` task: the hook point for
+    paging. It logs the alert, then calls the ``module:function`` named by the Variable
+    ``ctp_alert_callback`` (or ``$CTP_ALERT_CALLBACK``) with the task context -- e.g. a
+    function that posts ``str(context["exception"])`` to a chat channel or a pager.
+    A hook that itself fails is logged, never raised: the task has failed already."""
+    log = logging.getLogger("ctp.alert")
+    log.error("ctp alert: %s", context.get("exception"))
+    try:
+        target = _variable("ctp_alert_callback") or os.environ.get("CTP_ALERT_CALLBACK")
+        if target:
+            module, _, name = target.partition(":")
+            getattr(importlib.import_module(module), name)(context)
+    except Exception as e:
+        log.error("the alert callback %r failed: %s: %s", target, type(e).__name__, e)
 
 
 def repo_path(*parts: str) -> str:

@@ -21,11 +21,22 @@ trigger form. Tasks:
    (the guard that protects the deletes), then deletes every L0 object with epoch ≤ M
    and uncommitted L1 files past their grace, and appends the run to the GC history
    (`gc/history/` in the store). With `dry_run` it only counts what it would delete.
-4. **report** — writes the operator report (`index.html`: M over time, what holds M
+4. **check_m** — fails (no retry) when the run raised an **alert**: a partition is
+   quarantined (a missing or corrupt L0 chunk: its M(p) cannot move until someone
+   acts), or M stayed the same over the last `alert_stall_runs` GC runs (default 4)
+   while C advanced by `alert_stall_epochs` (default 3) or more — a stuck claim, a dead
+   or overloaded reconciler. The message names the partitions and why. Its
+   `on_failure_callback` is the paging hook: set the Variable `ctp_alert_callback`
+   (or `$CTP_ALERT_CALLBACK`) to `module:function` and it is called with the task
+   context. `alert_stall_runs` = 0 turns the stall rule off.
+5. **report** — writes the operator report (`index.html`: M over time, what holds M
    back, deletes and failures per run) next to the Data Docs, readable offline, in the
    report directory (Variable `ctp_report_dir`, `$CTP_REPORT_DIR`, or
    `$AIRFLOW_HOME/ctp/report`); with `publish_report` also into the store under
    `reports/gc/`.
+
+The `ctp://gc/history` Asset event of every run carries `m`, `cluster_epoch`,
+`status`, `deleted`, `deleted_bytes`, `would_delete` and `alert` (Assets view in the UI).
 
 **M not moving?** The report's "What holds M back" table names the partitions at M and
 why (reconciler lag, a quarantined chunk, a stuck claim, idle). `max_active_runs=1`.
@@ -38,7 +49,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import Param, dag, task
-from ctp_common import GC_ASSET, OWNER, RECONCILE_ASSET, open_store, resolve, settings_params
+from ctp_common import GC_ASSET, OWNER, RECONCILE_ASSET, on_ctp_alert, open_store, resolve, settings_params
 
 from ctp_state.settings import GcSettings
 
@@ -62,7 +73,9 @@ def _config(params):
     tags=["ctp", "gc", "great_expectations"],
     doc_md=__doc__,
     params={
-        **settings_params(GcSettings, ["dry_run", "max_deletes", "grace_s", "l1_grace_s"]),
+        **settings_params(
+            GcSettings, ["dry_run", "max_deletes", "grace_s", "l1_grace_s", "alert_stall_runs", "alert_stall_epochs"]
+        ),
         "topics": Param(
             [],
             type="array",
@@ -132,7 +145,7 @@ def ctp_gc():
         return {"verified": True}
 
     @task(outlets=[GC_ASSET])
-    def collect(params=None) -> dict:
+    def collect(params=None, outlet_events=None) -> dict:
         """Delete L0 <= M (re-checked by the same gate first) and L1 orphans; record the run."""
         from ctp_state.errors import GateFailed, StateUnreadable
         from ctp_state.gc import run_gc
@@ -171,7 +184,14 @@ def ctp_gc():
             "held_by_count",
         )
         out = {k: getattr(rec, k) for k in keep}
+        out["alert"] = {"kind": rec.alert.kind, "message": rec.alert.message} if rec.alert else None
+        outlet_events[GC_ASSET].extra = {
+            k: out[k]
+            for k in ("seq", "status", "m", "cluster_epoch", "deleted", "deleted_bytes", "would_delete", "partitions")
+        } | {"alert": rec.alert.kind if rec.alert else None}
         log.info("GC run %s", out)
+        if rec.alert:
+            log.warning("alert (%s): %s", rec.alert.kind, rec.alert.message)
         for h in rec.held_by[:10]:
             log.info("held at M by %s: %s", h.where, "; ".join(h.reasons))
         if rec.status == "partial":
@@ -180,6 +200,18 @@ def ctp_gc():
                 f"(e.g. {next(iter(rec.failed_keys), '?')}); the run is recorded, the next retries"
             )
         return out
+
+    @task(retries=0, on_failure_callback=on_ctp_alert)
+    def check_m(run: dict) -> dict:
+        """Fail (and call the alert hook) when the run raised an alert: M stalled or a
+        partition quarantined. The GC itself has finished: this task only tells people."""
+        alert = run.get("alert")
+        if alert:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(f"ctp alert ({alert['kind']}): {alert['message']}")
+        log.info("no alert: M = %s, C = %s", run["m"], run["cluster_epoch"])
+        return {"m": run["m"], "cluster_epoch": run["cluster_epoch"]}
 
     @task(trigger_rule="all_done", retries=1)
     def report(params=None) -> str:
@@ -192,7 +224,9 @@ def ctp_gc():
         return page
 
     # Ordering only: collect runs the same gate again right before deleting.
-    gate() >> verify() >> collect() >> report()
+    run = collect()
+    gate() >> verify() >> run >> report()
+    check_m(run)
 
 
 ctp_gc()

@@ -89,3 +89,13 @@ class Wrapped(ObjectStore):
 
     def _delete_batch(self, keys):
         return self.inner._delete_batch(keys)
+
+
+def corrupt_chunk(store, topic: str, partition: int) -> str:
+    """Flip a byte inside the first pending chunk of ``topic/partition``; its L0 key."""
+    st = PartitionLog(store, topic, partition).read_state()
+    p = st.pending[0]
+    data = bytearray(store.get(p.l0_key))
+    data[p.byte_offset + p.byte_length // 2] ^= 0xFF
+    store.put(p.l0_key, bytes(data))  # test-only tampering with an immutable object
+    return p.l0_key

@@ -441,10 +441,34 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
 
     for name in topics:
         validate.topic_name(name)
+    from ctp_state.gc.history import GcHistory
+
     c = ClusterEpoch(store).current()
     rows = [facts(s) for s in read_states(store, select_topics(store, topics))]
+    last = GcHistory(store).tail(1, unreadable=[])
+    gc_last = last[-1] if last else None
+    gc_json = (
+        None
+        if gc_last is None
+        else {
+            "seq": gc_last.seq,
+            "status": gc_last.status,
+            "m": gc_last.m,
+            "cluster_epoch": gc_last.cluster_epoch,
+            "finished_ms": gc_last.finished_ms,
+            "alert": encode(gc_last.alert) if gc_last.alert else None,
+        }
+    )
     if as_json:
-        emit(True, {"cluster_epoch": c, "store": redact_url(store.url), "partitions": [encode(r) for r in rows]})
+        emit(
+            True,
+            {
+                "cluster_epoch": c,
+                "store": redact_url(store.url),
+                "gc": gc_json,
+                "partitions": [encode(r) for r in rows],
+            },
+        )
         return
     table = Table(
         "topic",
@@ -474,6 +498,12 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
             str(r.writer_epoch),
         )
     emit(False, None, table if rows else "no partitions")
+    if gc_last is None:
+        click.echo("GC: no run yet")
+    else:
+        click.echo(f"GC: last run {gc_last.seq} {gc_last.status}, M = {gc_last.m} (C = {gc_last.cluster_epoch})")
+        if gc_last.alert:
+            click.echo(f"ALERT ({gc_last.alert.kind}): {gc_last.alert.message}")
 
 
 # --- reconcile and read -----------------------------------------------------------------
@@ -584,7 +614,7 @@ def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     is_flag=True,
     help="Run `ctp verify` first (every checksum and reference; slow); any error stops the GC.",
 )
-@settings_options(GcSettings, ["l1_full_sweep_s", "tmp_grace_s"])
+@settings_options(GcSettings, ["l1_full_sweep_s", "tmp_grace_s", "alert_stall_runs", "alert_stall_epochs"])
 @_gc_options
 @command
 def gc(
@@ -647,6 +677,8 @@ def gc(
             click.echo(f"  held at M by {h.where}: {'; '.join(h.reasons)}")
         if rec.held_by_count > 10:
             click.echo(f"  ... and {rec.held_by_count - 10} more")
+        if rec.alert:
+            click.echo(f"ALERT ({rec.alert.kind}): {rec.alert.message}")
         click.echo(f"report: {out.report}")
     if rec.status == "partial":
         fail(

@@ -38,12 +38,13 @@ import pyarrow as pa
 from ctp_state import layout
 from ctp_state.errors import CorruptData, CtpError, GateFailed, ObjectNotFound, StateUnreadable
 from ctp_state.gc import l1 as gc_l1
+from ctp_state.gc.alert import m_alert
 from ctp_state.gc.delete import GcCounters, delete_objects, plan_l0_deletes
 from ctp_state.gc.history import PASSED, GcHistory, high_water
 from ctp_state.gc.inputs import PartitionView, gather, m_digest, newest_summary, quarantined_of
 from ctp_state.gc.m import Holdback, MDecision, compute_m
 from ctp_state.gc.tables import history_table, partition_view_table, state_table
-from ctp_state.records import GateInfo, GcPartitionView, GcRecord, HeldBy, HistorySkip
+from ctp_state.records import GateInfo, GcAlert, GcPartitionView, GcRecord, HeldBy, HistorySkip
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
 
@@ -85,6 +86,7 @@ class Prepared:
     history_skipped: list[tuple[int, str]] = field(default_factory=list)
     full_sweep: bool = False  # this run lists every L1 file (gc_l1 "Full sweeps")
     last_full_sweep_ms: int | None = None  # when the last completed full sweep started
+    alert: GcAlert | None = None  # M stalled or a partition quarantined (gc/alert.py)
 
 
 def prepare(
@@ -113,7 +115,17 @@ def prepare(
     summary = newest_summary(store)
     summary_used = summary.run_id if summary else None
     on_progress("read", 1, 1)
-    decision: MDecision = compute_m(c, views, now_ms=started_ms, quarantined=quarantined_of(summary))  # type: ignore[arg-type]
+    quarantined = quarantined_of(summary)
+    decision: MDecision = compute_m(c, views, now_ms=started_ms, quarantined=quarantined)  # type: ignore[arg-type]
+    alert = m_alert(
+        m=decision.m,
+        cluster_epoch=c,
+        held_by=[held_by(h) for h in decision.held_by],
+        quarantined=quarantined,
+        previous=tail,
+        stall_runs=config.alert_stall_runs,
+        stall_epochs=config.alert_stall_epochs,
+    )
 
     previous_lb: dict[tuple[str, int], int] = {}
     watermarks: dict[tuple[str, int], tuple[int, int]] = {}
@@ -210,6 +222,7 @@ def prepare(
         skipped,
         full,
         last_full,
+        alert=alert,
     )
 
 
@@ -278,6 +291,7 @@ def run_gc(
         "history_skipped": tuple(HistorySkip(seq=seq, why=why) for seq, why in p.history_skipped),
         "held_by": tuple(held_by(h) for h in decision.held_by[:20]),
         "held_by_count": len(decision.held_by),
+        "alert": p.alert,
         "config": {"grace_s": config.grace_s, "l1_grace_s": config.l1_grace_s, "max_deletes": config.max_deletes},
     }
 

@@ -84,6 +84,15 @@ def test_a_version_1_gc_record_is_upcast_on_read(store):
     assert isinstance(rec, GcRecord) and rec.v == GcRecord.VERSION and (rec.m, rec.deleted, rec.passed) == (4, 3, True)
 
 
+def test_a_version_2_gc_record_reads_as_version_3_without_an_alert(store):
+    """What the release before alerts wrote (sealed, version 2, no ``alert``) reads as a
+    current record: the 2 -> 3 upcaster fills the new field."""
+    v2 = {"v": 2, "seq": 0, "run_id": "r", "status": "ok", "started_ms": 1, "finished_ms": 2, "seconds": 0.1, "m": 4}
+    store.put_if_absent("gc/history/00000000000000000000.json", codec.seal(v2))
+    (rec,) = GcHistory(store).tail(5)
+    assert rec.v == GcRecord.VERSION == 3 and rec.alert is None and rec.m == 4
+
+
 def test_an_upcaster_runs_for_each_version_between(monkeypatch):
     """The chain N -> N+1 -> ... -> VERSION: a version-1 record passes every step."""
     steps = []
@@ -111,7 +120,7 @@ def test_an_upcaster_runs_for_each_version_between(monkeypatch):
     assert steps == [1, 2] and rec.run_id == "run-7" and rec.v == 3
 
 
-@pytest.mark.parametrize("v", [3, 0, None, "2", True])
+@pytest.mark.parametrize("v", [4, 0, None, "2", True])
 def test_an_unknown_version_is_refused_naming_the_key(v):
     with pytest.raises(UnsupportedVersion, match=r"gc/history/7\.json.*GC history record version"):
         records.decode(

@@ -72,7 +72,12 @@ def test_the_gc_gate_does_not_retry_and_the_report_always_runs(dagbag):
     assert report.upstream_task_ids == {"collect"}
     assert dag.params["verify"] is False  # off by default: it reads every entry of every log
     assert report.trigger_rule == "all_done"
+    check = dag.get_task("check_m")
+    assert check.upstream_task_ids == {"collect"} and check.retries == 0
+    assert check.on_failure_callback  # the alert hook (ctp_common.on_ctp_alert)
     assert set(dag.params.keys()) == {
+        "alert_stall_runs",
+        "alert_stall_epochs",
         "dry_run",
         "topics",
         "max_deletes",

@@ -12,7 +12,7 @@ from ctp_state.producer import Producer
 from ctp_state.topics import create_topic
 from tests.core.test_cli import ctp, ok
 from tests.spark.conftest import spark_submit
-from tests.spark.test_reconcile import corrupt_chunk
+from tests.support import corrupt_chunk
 
 
 def test_produce_reconcile_read(subprocess_env, store, tmp_path):

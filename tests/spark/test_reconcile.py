@@ -19,7 +19,7 @@ from ctp_state.settings import ReconcileSettings
 from ctp_state.status import read_states, select_topics
 from ctp_state.topics import create_topic
 from spark_apps import reconcile as app
-from tests.support import assert_exactly_once, produce_rounds
+from tests.support import assert_exactly_once, corrupt_chunk, produce_rounds
 
 
 def spark_args(store, **kw) -> argparse.Namespace:
@@ -216,15 +216,6 @@ def test_without_the_advance_idle_partitions_would_pin_m(store):
 
 
 # --- bad data: quarantine ------------------------------------------------------------------------
-
-
-def corrupt_chunk(store, topic: str, partition: int) -> str:
-    st = PartitionLog(store, topic, partition).read_state()
-    p = st.pending[0]
-    data = bytearray(store.get(p.l0_key))
-    data[p.byte_offset + p.byte_length // 2] ^= 0xFF
-    store.put(p.l0_key, bytes(data))  # test-only tampering with an immutable object
-    return p.l0_key
 
 
 def test_corrupt_and_missing_chunks_quarantine_only_their_partitions(spark, store):
