@@ -191,6 +191,12 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed after)")
     ap.add_argument("--profile", action="store_true", help="cProfile the Spark tasks; print the top functions")
     ap.add_argument(
+        "--also-tasks-per-core",
+        type=int,
+        default=None,
+        help="also run the app's job with this many tasks per core (path spark_tpcN), to compare",
+    )
+    ap.add_argument(
         "--repeat", type=int, default=3, help="reconcile runs per build job, in turn (8 or more on a busy machine)"
     )
     args = ap.parse_args()
@@ -231,6 +237,10 @@ def main() -> None:
             # the app's job forced onto its path for big plans (rows + repartition)
             "spark_rows": (warm_workers, functools.partial(spark_map_files, inline_plan_mb=0)),
         }
+        if args.also_tasks_per_core:
+            tpc = args.also_tasks_per_core
+            paths[f"spark_tpc{tpc}"] = (warm_workers, functools.partial(spark_map_files, tasks_per_core=tpc))
+            paths[f"spark_rdd_tpc{tpc}"] = (rdd_warm_workers, functools.partial(rdd_map_files, tasks_per_core=tpc))
         warm: dict[str, tuple[int, float]] = {}
         for name, (warm_up, _) in paths.items():
             t0 = time.perf_counter()
@@ -279,7 +289,10 @@ def main() -> None:
                 "spark_rdd": "rdd flatMap (old)",
                 "spark": "mapInArrow (new)",
                 "spark_rows": "mapInArrow, plan as rows + repartition (new, for big plans)",
-            }[name]
+            }.get(
+                name,
+                f"{'rdd flatMap' if 'rdd' in name else 'mapInArrow'}, {args.also_tasks_per_core} task(s) per core",
+            )
             out[name] = (
                 {"build_job": job}
                 | top
@@ -312,6 +325,12 @@ def main() -> None:
             3,
         )
         out["ratio_rows_to_old"] = round(out["spark_rows"]["mb_per_s"] / out["spark_rdd"]["mb_per_s"], 3)
+        for name in paths:
+            if name.startswith(("spark_tpc", "spark_rdd_tpc")):
+                out[f"ratio_{name}_to_old_median"] = round(median[name] / median["spark_rdd"], 3)
+                out[f"ratio_{name}_to_old_paired_median"] = round(
+                    statistics.median(a["mb_per_s"] / b["mb_per_s"] for a, b in zip(runs[name], runs["spark_rdd"])), 3
+                )
         if args.profile:
             import glob
             import io

@@ -188,7 +188,7 @@ def _builder(url: str, compression: str, plan: list[bytes] | None) -> Callable[[
 
 
 def spark_map_files(
-    spark: Any, store_url: str, compression: str, tasks_per_core: int = 2, inline_plan_mb: float | None = None
+    spark: Any, store_url: str, compression: str, tasks_per_core: int = 1, inline_plan_mb: float | None = None
 ) -> Callable[[list], list[dict]]:
     """``map_files`` for the library: the files spread over about ``tasks_per_core`` x
     the default parallelism Spark tasks, balanced by size.

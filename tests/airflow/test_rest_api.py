@@ -140,6 +140,7 @@ def test_trigger_the_gc_dag_with_dry_run_through_the_rest_api(airflow_env, store
             "gate": "success",
             "verify": "success",
             "collect": "success",
+            "check_m": "success",
             "report": "success",
         }
     finally:
