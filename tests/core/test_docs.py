@@ -67,3 +67,13 @@ def test_every_rule_and_invariant_is_in_the_design() -> None:
     text = (ROOT / "docs" / "design.md").read_text()
     for name in [f"R{i}" for i in range(1, 10)] + [f"I{i}" for i in range(1, 6)]:
         assert f"**{name}" in text, f"docs/design.md does not state {name}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_tables_are_not_cut_by_a_blank_line(doc: Path) -> None:
+    """A table row after a blank line starts a new table, which needs its own header and
+    separator: a row without them is a table some edit cut in two."""
+    lines = doc.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and (i == 0 or not lines[i - 1].strip()):
+            assert i + 1 < len(lines) and re.match(r"\|\s*:?-+", lines[i + 1]), f"{doc.name}:{i + 1}: {line[:60]}"
