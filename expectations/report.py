@@ -240,6 +240,11 @@ def write_summary_page(
             f"failed {latest.delete_errors}, too young {latest.skipped_too_young}. "
             f"L1 orphans: {latest.l1_orphans} ({_bytes(latest.l1_orphan_bytes)}).</p>"
         )
+        if latest.alert is not None:
+            parts.append(
+                f'<div class="card"><div class="card-header bad">ALERT ({e(latest.alert.kind)})</div>'
+                f"<p>{e(latest.alert.message)}</p></div>"
+            )
         if latest.gate is not None and latest.gate.failures:
             parts.append(
                 '<h3 class="bad">Gate failures (nothing was deleted)</h3><ul>'

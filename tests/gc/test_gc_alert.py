@@ -74,6 +74,8 @@ def test_a_stuck_claim_raises_the_stall_alert_naming_the_partition(store, gate, 
     assert "ALERT (stall): M stalled" in out and "held by t/1: " in out and "claim held by reconciler:dead" in out
     rec = json.loads(ok(env, "gc", "--dry-run", "--json"))
     assert rec["alert"]["where"] == ["t/1"]
+    page = open(rec["report"]).read()  # the report shows it above everything else
+    assert "ALERT (stall)" in page and "claim held by reconciler:dead" in page
     # The rule is configurable: off, or a longer window, and it says nothing.
     assert json.loads(ok(env, "gc", "--dry-run", "--json", "--alert-stall-runs", "0"))["alert"] is None
     assert json.loads(ok(env, "gc", "--dry-run", "--json", "--alert-stall-runs", "30"))["alert"] is None
