@@ -3,7 +3,8 @@
 # Expects scripts/env.sh sourced and CTP_STORE / CTP_REPORT_DIR / AIRFLOW_HOME set.
 #
 # Safe by default: every listener binds 127.0.0.1 (api-server on CTP_UI_PORT, 8080;
-# the scheduler serves no logs: the api-server reads the task logs from disk), and
+# the scheduler serves no logs: the api-server reads the task logs from disk; the
+# reconcile's Spark driver and UI through SPARK_LOCAL_IP), and
 # the admin password is CTP_UI_PASSWORD or, without it, a random one generated on first
 # start, printed once and kept in $CTP_DEMO_DIR/ui-password (mode 600). The three ctp
 # DAGs are unpaused explicitly, whatever an earlier run registered.
@@ -40,6 +41,7 @@ export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="$port"
 export AIRFLOW__API_AUTH__JWT_SECRET="$(cat "$state/jwt-secret")"
 export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'
+export SPARK_LOCAL_IP=127.0.0.1   # the reconcile's Spark driver, block manager and UI: loopback too
 export CTP_EPOCH_INTERVAL_MINUTES="${CTP_EPOCH_INTERVAL_MINUTES:-1}"
 (umask 077; printf '{"admin": "%s"}\n' "$password" > "$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated")
 

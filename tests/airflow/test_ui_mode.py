@@ -5,6 +5,7 @@ password is random, printed once and kept (mode 600) under the demo directory.""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -57,9 +58,15 @@ def listening_sockets(root: int) -> list[str]:
 
 
 def _ip(hex_addr: str) -> str:
-    if len(hex_addr) == 8:
-        return ".".join(str(b) for b in reversed(bytes.fromhex(hex_addr)))
-    return "::1" if hex_addr == "00000000000000000000000001000000" else ("::" if set(hex_addr) == {"0"} else hex_addr)
+    """An address as /proc/net/tcp{,6} writes it: 32-bit words in host (little-endian) order."""
+    raw = b"".join(bytes.fromhex(hex_addr[i : i + 8])[::-1] for i in range(0, len(hex_addr), 8))
+    ip = ipaddress.ip_address(raw)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return str(mapped or ip)
+
+
+def _loopback(listener: str) -> bool:
+    return ipaddress.ip_address(listener.rsplit(":", 1)[0]).is_loopback
 
 
 @pytest.mark.slow
@@ -125,18 +132,28 @@ def test_ui_mode_unpauses_the_dags_binds_loopback_and_runs_the_epoch_on_schedule
         for dag in DAGS:
             assert requests.get(f"{base}/api/v2/dags/{dag}", headers=h, timeout=10).json()["is_paused"] is False
 
-        listeners = listening_sockets(ui.pid)
-        assert f"127.0.0.1:{port}" in listeners, listeners
-        assert all(a.startswith(("127.0.0.1:", "::1:")) for a in listeners), listeners
+        seen: set[str] = set()
 
-        def scheduled_epoch_run():
-            runs = requests.get(
+        def epoch_ran() -> bool:
+            seen.update(listening_sockets(ui.pid))
+            got = requests.get(
                 f"{base}/api/v2/dags/ctp_epoch_advance/dagRuns", headers=h, params={"run_type": "scheduled"}, timeout=10
             ).json()["dag_runs"]
-            return any(r["state"] == "success" for r in runs)
+            return any(r["state"] == "success" for r in got)
 
-        wait_for("a scheduled epoch run", scheduled_epoch_run, 240)
+        def reconcile_finished() -> list[str]:
+            seen.update(listening_sockets(ui.pid))  # sampled all along: Spark's ports come and go
+            got = requests.get(f"{base}/api/v2/dags/ctp_reconcile/dagRuns", headers=h, timeout=10).json()["dag_runs"]
+            return [r["state"] for r in got if r["state"] in ("success", "failed")]
+
+        wait_for("a scheduled epoch run", epoch_ran, 240)
         assert ClusterEpoch(store).current() > c0
+        # The epoch Asset starts the reconcile: spark-submit, whose driver, block manager
+        # and Spark UI listen while it runs.
+        assert "success" in wait_for("the reconcile the epoch started", reconcile_finished, 300)
+        assert f"127.0.0.1:{port}" in seen, seen
+        assert len(seen) > 1, f"no Spark listener was ever seen: {seen}"
+        assert all(_loopback(a) for a in seen), seen
     finally:
         os.killpg(ui.pid, signal.SIGTERM)
         try:

@@ -77,9 +77,9 @@ def test_two_runs_of_one_file_one_seeing_an_unknown_outcome(fstore, tmp_path, mo
     real = cli.open_store
     lossy = {"n": 0}
 
-    def wrap(u, env):
+    def wrap(u, env, **kw):
         lossy["n"] += 1
-        s = real(u, env)
+        s = real(u, env, **kw)
         # the first run to open the store loses responses on t/1 and then cannot reach it
         return LostResponses(s, r"^logs/t/000001/", then_unreachable=True) if lossy["n"] == 1 else s
 

@@ -51,7 +51,7 @@ def _write(path, lines) -> str:
 def _produce(args, url, monkeypatch=None, wrap=None):
     if wrap is not None:
         real = cli.open_store
-        monkeypatch.setattr(cli, "open_store", lambda u, env: wrap(real(u, env)))
+        monkeypatch.setattr(cli, "open_store", lambda u, env, **kw: wrap(real(u, env, **kw)))
     try:
         return CliRunner().invoke(cli.main, ["produce", *args, "--store", url, "--json"])
     finally:

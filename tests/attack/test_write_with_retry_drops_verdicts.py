@@ -64,7 +64,7 @@ def test_a_chunk_not_accepted_beside_a_stale_epoch_retry_is_still_reported(fstor
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps({"topic": "t", "partition": p, "value": f"mine-{p}"}) + "\n" for p in (0, 1)))
     real = cli.open_store
-    monkeypatch.setattr(cli, "open_store", lambda u, env: _Interfere(real(u, env)))
+    monkeypatch.setattr(cli, "open_store", lambda u, env, **kw: _Interfere(real(u, env, **kw)))
     first = CliRunner().invoke(cli.main, ["produce", str(path), "--store", store.url, "--json"])
     monkeypatch.undo()
     again = CliRunner().invoke(cli.main, ["produce", str(path), "--store", store.url, "--json"])

@@ -70,7 +70,7 @@ def run_produce(args: list[str], store_url: str, env: dict, monkeypatch, wrap=No
         monkeypatch.setenv(k, v)
     if wrap is not None:
         real = cli.open_store
-        monkeypatch.setattr(cli, "open_store", lambda url, env: wrap(real(url, env)))
+        monkeypatch.setattr(cli, "open_store", lambda url, env, **kw: wrap(real(url, env, **kw)))
     out = CliRunner().invoke(cli.main, ["produce", *args, "--store", store_url, "--json"])
     monkeypatch.undo()
     return out
@@ -114,7 +114,9 @@ def test_ctp_produce_text_output_says_what_to_do_after_an_unknown_outcome(store,
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     real = cli.open_store
-    monkeypatch.setattr(cli, "open_store", lambda u, env: LostResponses(real(u, env), r"^logs/", then_unreachable=True))
+    monkeypatch.setattr(
+        cli, "open_store", lambda u, env, **kw: LostResponses(real(u, env, **kw), r"^logs/", then_unreachable=True)
+    )
     out = CliRunner().invoke(cli.main, ["produce", str(path), "--store", url])
     assert out.exit_code == 3
     assert "unknown" in out.output and "run the same command again" in out.output
