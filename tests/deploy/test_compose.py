@@ -73,7 +73,9 @@ def test_every_connection_and_variable_the_dags_use_is_defined(compose):
     )
     conn_ids = set(re.findall(r'CONN_ID = "(\w+)"', src))
     variables = set(re.findall(r'_variable\("(\w+)"\)', src))
-    assert conn_ids == {"spark_default", "ctp_s3"} and variables == {"ctp_store", "ctp_report_dir"}
+    optional = {"ctp_alert_callback"}  # unset: the alert is logged and fails check_m, nobody is paged
+    assert conn_ids == {"spark_default", "ctp_s3"} and variables == {"ctp_store", "ctp_report_dir"} | optional
+    variables -= optional
     for name in AIRFLOW:
         env = env_of(compose["services"][name])
         for cid in conn_ids:
