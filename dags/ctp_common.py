@@ -123,6 +123,7 @@ def on_ctp_alert(context: Any) -> None:
     A hook that itself fails is logged, never raised: the task has failed already."""
     log = logging.getLogger("ctp.alert")
     log.error("ctp alert: %s", context.get("exception"))
+    target: str | None = "(Variable ctp_alert_callback)"
     try:
         target = _variable("ctp_alert_callback") or os.environ.get("CTP_ALERT_CALLBACK")
         if target:

@@ -588,7 +588,7 @@ def read(
     for row, ts in zip(table.drop_columns(["timestamp"]).to_pylist(), ms):
         headers = [(h["key"], h["value"]) for h in row["headers"] or ()]
         line = format_record(topic_name, partition, row["offset"], ts, row["key"], row["value"], headers)
-        click.echo(json.dumps(line, ensure_ascii=False))
+        click.echo(json.dumps(line))  # ASCII: any terminal or pipe encoding takes it
 
 
 # --- gc and validate -----------------------------------------------------------------

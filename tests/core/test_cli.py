@@ -278,3 +278,7 @@ def test_ctp_read_output_is_ctp_produce_input(subprocess_env, store, tmp_path):
         **{k: v for k, v in sent[1].items() if k not in ("topic", "partition")},
     }
     assert lines[0]["headers"] == [["a", "1"], ["b", "ünï"]] and lines[2]["timestamp"] == 5
+    # A terminal or pipe that is not UTF-8 still gets the records (JSON escapes them).
+    r = ctp({**env, "PYTHONIOENCODING": "latin-1"}, "read", "t", "0", "--limit", "1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["headers"] == [["a", "1"], ["b", "ünï"]]

@@ -154,3 +154,20 @@ def test_the_deprecation_check_can_fail():
         with pytest.raises(DeprecatedImportWarning, match="airflow.sdk.exceptions.AirflowFailException"):
             exec("from airflow.exceptions import AirflowFailException", {})
     importlib.import_module("airflow.exceptions")
+
+
+def test_the_alert_hook_never_raises_even_when_its_variable_cannot_be_read(monkeypatch, caplog):
+    """check_m has failed already: a secrets backend that is down, or a hook that is
+    missing, is logged, not raised over the alert."""
+    monkeypatch.syspath_prepend(os.path.abspath(DAGS))
+    import ctp_common
+
+    def down(name):
+        raise RuntimeError("secrets backend unreachable")
+
+    monkeypatch.setattr(ctp_common, "_variable", down)
+    ctp_common.on_ctp_alert({"exception": "ctp alert (stall): M stalled"})
+    assert "secrets backend unreachable" in caplog.text and "M stalled" in caplog.text
+    monkeypatch.setattr(ctp_common, "_variable", lambda name: "no.such.module:page")
+    ctp_common.on_ctp_alert({"exception": "x"})
+    assert "no.such.module:page" in caplog.text
