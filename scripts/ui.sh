@@ -43,7 +43,9 @@ export AIRFLOW__API_AUTH__JWT_SECRET="$(cat "$state/jwt-secret")"
 export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'
 export SPARK_LOCAL_IP=127.0.0.1   # the reconcile's Spark driver, block manager and UI: loopback too
 export CTP_EPOCH_INTERVAL_MINUTES="${CTP_EPOCH_INTERVAL_MINUTES:-1}"
-(umask 077; printf '{"admin": "%s"}\n' "$password" > "$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated")
+# JSON-encoded by Python: a CTP_UI_PASSWORD with quotes or backslashes stays one password.
+(umask 077; CTP_PW="$password" python -c 'import json, os; print(json.dumps({"admin": os.environ["CTP_PW"]}))' \
+  > "$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated")
 
 log="$AIRFLOW_HOME/ui.log"
 airflow db migrate >"$log" 2>&1
