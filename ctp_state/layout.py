@@ -13,6 +13,7 @@
     runs/reconcile/<seq:020d>.json              reconcile run summaries (a dense sequence)
     gc/history/<seq:020d>.json                  GC history records (a dense sequence)
     gc/partitions/<seq:020d>-<run id>.parquet   each GC run's partition view
+    gc/deleted/<seq:020d>-<run id>.parquet      the keys each GC run deleted
     reports/gc/...                              the published operator report
 
 Zero-padding makes byte-wise key order equal numeric order, so listing a log lists
@@ -33,6 +34,7 @@ L1_ROOT = "l1/"
 RECONCILE_RUNS = "runs/reconcile/"
 GC_HISTORY = "gc/history/"
 GC_PARTITIONS = "gc/partitions/"
+GC_DELETES = "gc/deleted/"
 REPORTS = "reports/gc/"
 _SEQ_RE = re.compile(r"(\d{20})\.json")
 
@@ -53,6 +55,11 @@ def gc_partitions_key(seq: int, run_id: str) -> str:
     ``seq``: named by the run too, so a run that loses the race for ``seq`` never
     overwrites the winner's view."""
     return f"{GC_PARTITIONS}{seq:020d}-{run_id}.parquet"
+
+
+def gc_deletes_key(seq: int, run_id: str) -> str:
+    """The keys GC run ``run_id`` deleted (named like :func:`gc_partitions_key`)."""
+    return f"{GC_DELETES}{seq:020d}-{run_id}.parquet"
 
 
 def _epoch18(epoch: int) -> str:

@@ -224,14 +224,24 @@ def _gc_v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "alert": None}
 
 
+def _gc_v3_to_v4(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 adds what was deleted (epoch range, a sample of keys, the key list's
+    Parquet); earlier runs kept only counts."""
+    return {**d, "delete_epochs": None, "delete_sample": [], "deletes_key": None}
+
+
 class GcRecord(Record, frozen=True, kw_only=True):
     """One GC run (``gc/history/<seq>.json``). Statuses: ``ok``, ``partial`` (some
     deletes still failed after retries), ``dry_run`` -- these passed the gate and count
     for monotonic M --, ``gate_failed``, ``superseded``, ``failed``."""
 
-    VERSION: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 4
     WHAT: ClassVar[str] = "GC history record"
-    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {1: _gc_v1_to_v2, 2: _gc_v2_to_v3}
+    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+        1: _gc_v1_to_v2,
+        2: _gc_v2_to_v3,
+        3: _gc_v3_to_v4,
+    }
     PASSED: ClassVar[tuple[str, ...]] = ("ok", "partial", "dry_run")
 
     seq: int = -1  # set by the history
@@ -274,6 +284,11 @@ class GcRecord(Record, frozen=True, kw_only=True):
     would_delete: int = 0
     would_delete_bytes: int = 0
     skipped_max_deletes: int = 0
+    # What the L0 deletes were (a dry run: would be): lowest and highest epoch, a few
+    # keys, and every key (with its epoch, size and outcome) in gc/deleted/<seq>-<run id>.parquet
+    delete_epochs: tuple[int, int] | None = None
+    delete_sample: tuple[str, ...] = ()
+    deletes_key: str | None = None
     # L1: new files checked, orphans collected
     l1_listed: int = 0
     l1_new_files_checked: int = 0
@@ -312,3 +327,7 @@ class GcPartitionView(msgspec.Struct, frozen=True, kw_only=True):
     lag_bytes: int = 0
     l1_swept_through: int = -1  # every L1 key whose first offset <= this is resolved
     l1_swept_log_end: int = -1  # log end offset when the sweep last looked
+    # Added after the first views (absent in older files: the defaults apply)
+    lag_records: int = 0
+    status: str | None = None  # ctp_state.gc.m.PARTITION_STATUSES
+    status_detail: str | None = None  # the quarantined L0 key, the claim's owner and lease end

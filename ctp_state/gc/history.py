@@ -5,7 +5,9 @@
     gc/history/<seq:020d>.json        one record per run (dense seq, create-if-absent)
     gc/history/hint                   newest seq an appender saw (a hint, may lag)
     gc/partitions/<seq:020d>-<run id>.parquet  that run's view of every partition (M(p), lower
-                                      bounds, the L1 sweep's watermarks)
+                                      bounds, lag, status, the L1 sweep's watermarks)
+    gc/deleted/<seq:020d>-<run id>.parquet     every key that run deleted (a dry run: would
+                                      delete), with its epoch, size and outcome
 
 A record is written once with create-if-absent (a :class:`~ctp_state.sequence.DenseSequence`
 of sealed records), so two GC runs can never both own a seq, nothing rewrites a
@@ -54,6 +56,19 @@ PARTITION_SCHEMA = pa.schema(
         ("lag_bytes", pa.int64()),
         ("l1_swept_through", pa.int64()),  # every L1 key whose first offset <= this is resolved
         ("l1_swept_log_end", pa.int64()),  # log end offset when the sweep last looked
+        ("lag_records", pa.int64()),
+        ("status", pa.string()),  # ctp_state.gc.m.PARTITION_STATUSES
+        ("status_detail", pa.string()),
+    ]
+)
+#: Every L0 object a run deleted (a dry run: would delete), and the L1 orphans it collected.
+DELETES_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("kind", pa.string()),  # "l0" or "l1_orphan"
+        ("epoch", pa.int64()),  # the L0 key's epoch (null for L1)
+        ("size", pa.int64()),
+        ("outcome", pa.string()),  # "deleted", "failed" (still failing after retries), "would_delete"
     ]
 )
 
@@ -111,14 +126,27 @@ class GcHistory:
         self.store.put(key, buf.getvalue())
         return key
 
-    def read_partition_table(self, key: str) -> pa.Table:
+    def write_deletes(self, seq: int, table: pa.Table, run_id: str) -> str:
+        """Write run ``run_id``'s deleted keys (:data:`DELETES_SCHEMA`) for record ``seq``,
+        as :meth:`write_partitions` does its view; return the key."""
+        buf = io.BytesIO()
+        pq.write_table(table.cast(DELETES_SCHEMA), buf, compression="zstd")
+        key = layout.gc_deletes_key(seq, run_id)
+        self.store.put(key, buf.getvalue())
+        return key
+
+    def read_deletes(self, key: str) -> pa.Table:
+        """A run's deleted keys as written (:data:`DELETES_SCHEMA`)."""
+        return self.read_partition_table(key, what="GC deleted-keys list")
+
+    def read_partition_table(self, key: str, *, what: str = "GC partition view") -> pa.Table:
         """A run's partition view as written (:data:`PARTITION_SCHEMA`)."""
         try:
             return pq.read_table(io.BytesIO(self.store.get(key)))
         except ObjectNotFound:
             raise
         except Exception as e:  # pyarrow raises several types for a bad file
-            raise CorruptData(key, f"GC partition view does not read as Parquet ({e})") from None
+            raise CorruptData(key, f"{what} does not read as Parquet ({e})") from None
 
     def read_partitions(self, key: str) -> list[GcPartitionView]:
         """A run's partition view, one typed row per partition."""

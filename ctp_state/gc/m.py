@@ -9,6 +9,7 @@ its first epoch is not known yet.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -86,3 +87,55 @@ def compute_m(
             reasons.append("idle: lower bound not advanced yet (the next reconcile advances it, R6)")
         held.append(Holdback(s.topic, s.partition, m, tuple(reasons)))
     return MDecision(cluster_epoch, m, tuple(held), len(states))
+
+
+#: A partition's status in the operator's view, worst first (the report orders by it).
+PARTITION_STATUSES = ("quarantined", "claim held", "lagging", "idle", "caught up")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    status: str  # one of PARTITION_STATUSES
+    detail: str | None  # the quarantined L0 key, the claim's owner and lease end, what is idle
+
+    @property
+    def rank(self) -> int:
+        return PARTITION_STATUSES.index(self.status)
+
+
+def partition_status(
+    s: sm.PartitionState,
+    cluster_epoch: int,
+    *,
+    now_ms: int,
+    quarantined: Mapping[tuple[str, int], tuple[str | None, str]] | None = None,
+) -> PartitionStatus:
+    """What an operator should know first about one partition. Pure.
+
+    ``quarantined`` (a reconciler stopped at a corrupt L0 chunk) comes before a held
+    claim (a stuck claim stops the reconciler), then reconciler lag; a partition with
+    no lag is ``idle`` while its M(p) trails ``C - 1`` (the next reconcile advances it,
+    R6) and ``caught up`` once it does not hold M below ``C - 1``.
+    """
+    q = (quarantined or {}).get((s.topic, s.partition))
+    if q is not None:
+        key, why = q
+        return PartitionStatus("quarantined", f"L0 key {key}: {why}" if key else why)
+    if s.holders:
+        h = max(s.holders, key=lambda h: h.lease_until_ms)
+        when = _iso(h.lease_until_ms)
+        lapsed = h.lease_until_ms <= now_ms
+        return PartitionStatus(
+            "claim held", f"{h.owner} ({h.mode.value}), lease {'ran out at' if lapsed else 'until'} {when}"
+        )
+    if s.lag_entries:
+        return PartitionStatus(
+            "lagging", f"{s.lag_entries} placeholders, {s.lag_records} records, {s.lag_bytes} bytes not in L1"
+        )
+    if s.m is None or s.m < cluster_epoch - 1:
+        return PartitionStatus("idle", f"M(p)={s.m} < C-1={cluster_epoch - 1} until the next reconcile (R6)")
+    return PartitionStatus("caught up", None)
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

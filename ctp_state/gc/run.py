@@ -42,13 +42,15 @@ from ctp_state.gc.alert import m_alert
 from ctp_state.gc.delete import GcCounters, delete_objects, plan_l0_deletes
 from ctp_state.gc.history import PASSED, GcHistory, high_water
 from ctp_state.gc.inputs import PartitionView, gather, m_digest, newest_summary, quarantined_of
-from ctp_state.gc.m import Holdback, MDecision, compute_m
-from ctp_state.gc.tables import history_table, partition_view_table, state_table
+from ctp_state.gc.m import Holdback, MDecision, PartitionStatus, compute_m, partition_status
+from ctp_state.gc.tables import deletes_table, history_table, partition_view_table, state_table
 from ctp_state.records import GateInfo, GcAlert, GcPartitionView, GcRecord, HeldBy, HistorySkip
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
 
 log = logging.getLogger(__name__)
+
+SAMPLE_KEYS = 10  # L0 keys a history record names; the full list is in its deletes Parquet
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class Prepared:
     full_sweep: bool = False  # this run lists every L1 file (gc_l1 "Full sweeps")
     last_full_sweep_ms: int | None = None  # when the last completed full sweep started
     alert: GcAlert | None = None  # M stalled or a partition quarantined (gc/alert.py)
+    statuses: dict[tuple[str, int], PartitionStatus] = field(default_factory=dict)  # for the operator's view
 
 
 def prepare(
@@ -126,6 +129,10 @@ def prepare(
         stall_runs=config.alert_stall_runs,
         stall_epochs=config.alert_stall_epochs,
     )
+    statuses = {
+        (v.topic, v.partition): partition_status(v, c, now_ms=started_ms, quarantined=quarantined)  # type: ignore[arg-type]
+        for v in views
+    }
 
     previous_lb: dict[tuple[str, int], int] = {}
     watermarks: dict[tuple[str, int], tuple[int, int]] = {}
@@ -223,6 +230,7 @@ def prepare(
         full,
         last_full,
         alert=alert,
+        statuses=statuses,
     )
 
 
@@ -301,6 +309,7 @@ def run_gc(
         *,
         with_view: bool,
         marks: dict[tuple[str, int], tuple[int, int]] | None = None,
+        deletes: pa.Table | None = None,
     ) -> GcRecord:
         def make(seq: int) -> GcRecord:
             nonlocal status
@@ -326,11 +335,14 @@ def run_gc(
             )
             view = (
                 history.write_partitions(
-                    seq, partition_view_table(p.views, marks if marks is not None else p.watermarks), p.run_id
+                    seq,
+                    partition_view_table(p.views, marks if marks is not None else p.watermarks, p.statuses),
+                    p.run_id,
                 )
                 if with_view
                 else None
             )
+            listed = history.write_deletes(seq, deletes, p.run_id) if deletes is not None else None
             return GcRecord(
                 **base,
                 **extra,
@@ -339,6 +351,7 @@ def run_gc(
                 seconds=round((finished_ms - p.started_ms) / 1000, 3),
                 m_high_water=hw,
                 partitions_key=view,
+                deletes_key=listed,
             )
 
         return history.append(make)
@@ -384,13 +397,21 @@ def run_gc(
             todo.sort(key=lambda o: (layout.parse_l0_key(o.key)[1], o.key))  # lowest epochs first
             limited = len(todo) - config.max_deletes
             todo = todo[: config.max_deletes]
+        epochs = sorted(layout.parse_l0_key(o.key)[1] for o in todo)
         plan = {
             "would_delete": len(todo),
             "would_delete_bytes": sum(o.size for o in todo),
             "skipped_max_deletes": limited,
+            "delete_epochs": (epochs[0], epochs[-1]) if epochs else None,
+            "delete_sample": tuple(sorted(o.key for o in todo)[:SAMPLE_KEYS]),
         }
         if config.dry_run:
-            return finish("dry_run", {**gate_info, **_counts(counters), **plan, **l1_info}, with_view=True)
+            return finish(
+                "dry_run",
+                {**gate_info, **_counts(counters), **plan, **l1_info},
+                with_view=True,
+                deletes=deletes_table(todo, set(), l1_orphans, set(), dry_run=True),
+            )
         delete_objects(
             bulk,
             todo,
@@ -427,6 +448,7 @@ def run_gc(
         {**gate_info, **_counts(counters), **plan, **l1_info},
         with_view=True,
         marks=p.new_marks if not l1_res.delete_errors else None,
+        deletes=deletes_table(todo, set(counters.failed_keys), l1_orphans, set(l1_res.failed_keys), dry_run=False),
     )
 
 

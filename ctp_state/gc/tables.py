@@ -7,11 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ctp_state.gc.history import PARTITION_SCHEMA
+from ctp_state import layout
+from ctp_state.gc.history import DELETES_SCHEMA, PARTITION_SCHEMA
+from ctp_state.gc.m import PartitionStatus
 from ctp_state.records import GcRecord
 
 if TYPE_CHECKING:
     from ctp_state.gc.inputs import PartitionView
+    from ctp_state.storage import ObjectInfo
 
 
 HISTORY_SCHEMA = pa.schema(
@@ -82,7 +85,13 @@ def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int]
     )
 
 
-def partition_view_table(views: list[PartitionView], sweeps: dict[tuple[str, int], tuple[int, int]]) -> pa.Table:
+def partition_view_table(
+    views: list[PartitionView],
+    sweeps: dict[tuple[str, int], tuple[int, int]],
+    statuses: dict[tuple[str, int], PartitionStatus] | None = None,
+) -> pa.Table:
+    statuses = statuses or {}
+    none = PartitionStatus("caught up", None)
     return pa.Table.from_pylist(
         [
             {
@@ -99,8 +108,32 @@ def partition_view_table(views: list[PartitionView], sweeps: dict[tuple[str, int
                 "lag_bytes": v.lag_bytes,
                 "l1_swept_through": sweeps.get((v.topic, v.partition), (-1, -1))[0],
                 "l1_swept_log_end": sweeps.get((v.topic, v.partition), (-1, -1))[1],
+                "lag_records": v.lag_records,
+                "status": statuses.get((v.topic, v.partition), none).status if statuses else None,
+                "status_detail": statuses.get((v.topic, v.partition), none).detail if statuses else None,
             }
             for v in views
         ],
         schema=PARTITION_SCHEMA,
+    )
+
+
+def deletes_table(
+    l0: list[ObjectInfo], l0_failed: set[str], l1: list[ObjectInfo], l1_failed: set[str], *, dry_run: bool
+) -> pa.Table:
+    """Every key a run deleted (a dry run: would delete), the ones that still failed
+    after every retry marked ``failed``."""
+
+    def outcome(key: str, failed: set[str]) -> str:
+        return "would_delete" if dry_run else ("failed" if key in failed else "deleted")
+
+    return pa.Table.from_pydict(
+        {
+            "key": [o.key for o in l0] + [o.key for o in l1],
+            "kind": ["l0"] * len(l0) + ["l1_orphan"] * len(l1),
+            "epoch": [layout.parse_l0_key(o.key)[1] for o in l0] + [None] * len(l1),
+            "size": [o.size for o in l0] + [o.size for o in l1],
+            "outcome": [outcome(o.key, l0_failed) for o in l0] + [outcome(o.key, l1_failed) for o in l1],
+        },
+        schema=DELETES_SCHEMA,
     )

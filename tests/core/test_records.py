@@ -52,7 +52,7 @@ def test_a_gc_record_round_trips(rec):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.from_type(ReconcileSummary))
+@given(st.builds(ReconcileSummary, seconds=FINITE))  # from_type alone ignores the float registration
 def test_a_reconcile_summary_round_trips(rec):
     back = records.decode(ReconcileSummary, _stored(rec), "runs/reconcile/x.json")
     assert back == records.msgspec.structs.replace(rec, v=ReconcileSummary.VERSION)
@@ -84,13 +84,35 @@ def test_a_version_1_gc_record_is_upcast_on_read(store):
     assert isinstance(rec, GcRecord) and rec.v == GcRecord.VERSION and (rec.m, rec.deleted, rec.passed) == (4, 3, True)
 
 
-def test_a_version_2_gc_record_reads_as_version_3_without_an_alert(store):
+def test_a_version_2_gc_record_reads_as_the_current_version_without_an_alert(store):
     """What the release before alerts wrote (sealed, version 2, no ``alert``) reads as a
-    current record: the 2 -> 3 upcaster fills the new field."""
+    current record: the 2 -> 3 upcaster fills the new field, 3 -> 4 the delete details."""
     v2 = {"v": 2, "seq": 0, "run_id": "r", "status": "ok", "started_ms": 1, "finished_ms": 2, "seconds": 0.1, "m": 4}
     store.put_if_absent("gc/history/00000000000000000000.json", codec.seal(v2))
     (rec,) = GcHistory(store).tail(5)
-    assert rec.v == GcRecord.VERSION == 3 and rec.alert is None and rec.m == 4
+    assert rec.v == GcRecord.VERSION == 4 and rec.alert is None and rec.m == 4
+    assert (rec.delete_epochs, rec.delete_sample, rec.deletes_key) == (None, (), None)
+
+
+def test_a_version_3_gc_record_reads_as_version_4_with_no_delete_details(store):
+    """What the release before the delete audit wrote (version 3, with an alert) reads
+    as version 4: the counts stay, the delete details are empty."""
+    v3 = {
+        "v": 3,
+        "seq": 0,
+        "run_id": "r",
+        "status": "ok",
+        "started_ms": 1,
+        "finished_ms": 2,
+        "seconds": 0.1,
+        "m": 4,
+        "deleted": 7,
+        "alert": {"kind": "stall", "message": "M stalled", "where": ["t/0"]},
+    }
+    store.put_if_absent("gc/history/00000000000000000000.json", codec.seal(v3))
+    (rec,) = GcHistory(store).tail(5)
+    assert rec.v == 4 and rec.deleted == 7 and rec.alert is not None and rec.alert.where == ("t/0",)
+    assert (rec.delete_epochs, rec.delete_sample, rec.deletes_key) == (None, (), None)
 
 
 def test_an_upcaster_runs_for_each_version_between(monkeypatch):
@@ -120,7 +142,7 @@ def test_an_upcaster_runs_for_each_version_between(monkeypatch):
     assert steps == [1, 2] and rec.run_id == "run-7" and rec.v == 3
 
 
-@pytest.mark.parametrize("v", [4, 0, None, "2", True])
+@pytest.mark.parametrize("v", [GcRecord.VERSION + 1, 0, None, "2", True])
 def test_an_unknown_version_is_refused_naming_the_key(v):
     with pytest.raises(UnsupportedVersion, match=r"gc/history/7\.json.*GC history record version"):
         records.decode(

@@ -83,6 +83,35 @@ def test_dry_run_then_gc_deletes_exactly_the_l0_objects_at_or_below_m(store, gat
     assert [r.status for r in GcHistory(store).tail(10)] == ["dry_run", "ok"]
 
 
+def test_every_deleted_key_is_on_record_with_its_epoch_size_and_outcome(store, gate):
+    """The audit trail: a run's record names the epoch range and a sample of what it
+    deleted (a dry run: would delete), and ``gc/deleted/<seq>-<run id>.parquet`` lists
+    every key with its epoch, size and outcome; keys that still fail are ``failed``."""
+    reconciled(store, rounds=4)
+    before = l0_keys(store)
+    sizes = {o.key: o.size for o in store.list(layout.L0_ROOT)}
+    h = GcHistory(store)
+
+    dry = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
+    garbage = {k: e for k, e in before.items() if e <= dry.m}
+    assert len(garbage) >= 2
+    rows = h.read_deletes(dry.deletes_key).to_pylist()
+    assert dry.deletes_key == layout.gc_deletes_key(dry.seq, dry.run_id)
+    assert {r["key"]: (r["epoch"], r["size"], r["outcome"], r["kind"]) for r in rows} == {
+        k: (e, sizes[k], "would_delete", "l0") for k, e in garbage.items()
+    }
+    assert dry.delete_epochs == (min(garbage.values()), max(garbage.values()))
+    assert dry.delete_sample == tuple(sorted(garbage)[: len(dry.delete_sample)]) and dry.delete_sample
+
+    broken = sorted(garbage)[0]
+    rec = run_gc(FlakyStore(store, throttle=0, broken=frozenset([broken])), gate=gate)
+    assert rec.status == "partial" and rec.deletes_key and rec.deletes_key != dry.deletes_key
+    outcomes = {r["key"]: r["outcome"] for r in h.read_deletes(rec.deletes_key).to_pylist()}
+    assert outcomes == {k: "failed" if k == broken else "deleted" for k in garbage}
+    assert all((store.head(k) is None) == (v == "deleted") for k, v in outcomes.items())
+    assert h.get(rec.seq).deletes_key == rec.deletes_key  # the record as stored points at it
+
+
 def test_an_m_decrease_stops_the_gc_before_any_delete(store, gate):
     reconciled(store)
     first = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
@@ -471,7 +500,10 @@ def test_a_gc_run_that_loses_the_race_for_a_seq_leaves_the_winners_partition_vie
     h = GcHistory(store)
 
     def view(topic: str) -> pa.Table:
-        row = {f.name: 0 for f in PARTITION_SCHEMA} | {"topic": topic, "source": "log"}
+        row = {f.name: None if pa.types.is_string(f.type) else 0 for f in PARTITION_SCHEMA} | {
+            "topic": topic,
+            "source": "log",
+        }
         return pa.Table.from_pylist([row], schema=PARTITION_SCHEMA)
 
     def record(run: str, key: str, seq: int = -1) -> GcRecord:
