@@ -29,8 +29,10 @@ trigger form. Tasks:
    `on_failure_callback` is the paging hook: set the Variable `ctp_alert_callback`
    (or `$CTP_ALERT_CALLBACK`) to `module:function` and it is called with the task
    context. `alert_stall_runs` = 0 turns the stall rule off.
-5. **report** — writes the operator report (`index.html`: M over time, what holds M
-   back, deletes and failures per run) next to the Data Docs, readable offline, in the
+5. **report** — writes the operator report (`index.html`: the alert, M and C over
+   time, what holds M back, every partition's status worst first, deletes per run with
+   their epochs and sample keys, every validation result linked) next to the Data Docs,
+   readable offline, in the
    report directory (Variable `ctp_report_dir`, `$CTP_REPORT_DIR`, or
    `$AIRFLOW_HOME/ctp/report`); with `publish_report` also into the store under
    `reports/gc/`.

@@ -23,8 +23,10 @@ A run renders and localizes its pages (:func:`expectations.report.localize_data_
 in its private directory; then, holding an exclusive ``flock`` on ``docs.lock``, it
 moves them into the site (validation pages to paths named by its run, so no other run
 writes there; shared pages by atomic rename) and rewrites the run list and index. The
-newest :data:`KEEP_RUNS` runs are kept. The run name is the GC run id (the candidate
-row of ``gc_history``), so a history record and its pages name the same run.
+newest :data:`KEEP_RUNS` runs are kept. The run name is ``gc-<seq>-m<M>-<GC run id>``
+from the candidate row of ``gc_history`` (:func:`run_name_of`), so a history record and
+its pages name the same run, and a listing of the validation folders reads as the GC
+history does.
 
 A report directory belongs to one store (:func:`claim`): GC histories, summary pages
 and Data Docs of two stores must not mix.
@@ -203,13 +205,44 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def run_name_of(frames: dict[str, pa.Table]) -> str:
-    """The GC run id from the candidate row of ``gc_history``, else a fresh unique name."""
+    """The validation run's name, from the candidate row of ``gc_history``:
+    ``gc-<seq>-m<M>-<GC run id>`` (the seq the run will try to own, the candidate M),
+    so the Data Docs name the GC run they judged; a fresh unique name without one."""
     t = frames.get("gc_history")
     if t is not None and {"run_id", "candidate"} <= set(t.column_names):
-        for rid, cand in zip(t.column("run_id").to_pylist(), t.column("candidate").to_pylist()):
+        cols = {c: t.column(c).to_pylist() for c in ("run_id", "candidate", "seq", "m") if c in t.column_names}
+        for i, cand in enumerate(cols["candidate"]):
+            rid = cols["run_id"][i]
             if cand and rid:
-                return _UNSAFE.sub("_", str(rid))[:100]
+                seq, m = (cols.get("seq") or [None] * (i + 1))[i], (cols.get("m") or [None] * (i + 1))[i]
+                name = f"gc-{'x' if seq is None else seq}-m{'none' if m is None else m}-{rid}"
+                return _UNSAFE.sub("_", name)[:120]
     return f"gate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+def gc_run_of(frames: dict[str, pa.Table]) -> dict[str, Any]:
+    """The candidate row's GC run id, seq and M (None where absent)."""
+    t = frames.get("gc_history")
+    if t is not None and "candidate" in t.column_names:
+        for row in t.to_pylist():
+            if row.get("candidate"):
+                return {"gc_run_id": row.get("run_id"), "seq": row.get("seq"), "m": row.get("m")}
+    return {"gc_run_id": None, "seq": None, "m": None}
+
+
+def kept_runs(docs_dir: str) -> list[dict[str, Any]]:
+    """The gate runs a Data Docs site keeps (``runs/<id>.json``), newest first."""
+    runs = os.path.join(docs_dir, "runs")
+    entries = []
+    for name in os.listdir(runs) if os.path.isdir(runs) else ():
+        if name.endswith(".json"):
+            try:
+                with open(os.path.join(runs, name), encoding="utf-8") as f:
+                    entries.append(json.load(f))
+            except (OSError, ValueError):
+                continue
+    entries.sort(key=lambda e: (e.get("time", ""), e.get("id", "")), reverse=True)
+    return entries
 
 
 # --- Data Docs ------------------------------------------------------------------------------------
@@ -266,6 +299,7 @@ class GxGate:
 
                 localize_data_docs(private)
             entry = {
+                **gc_run_of(frames),
                 "run": run_name,
                 "time": run_time.isoformat(),
                 "success": success,
@@ -315,15 +349,7 @@ class GxGate:
 
     def _prune(self, site: str, runs: str) -> list[dict[str, Any]]:
         """The kept runs, newest first; pages of older ones are removed. Under the lock."""
-        entries = []
-        for name in os.listdir(runs):
-            if name.endswith(".json"):
-                try:
-                    with open(os.path.join(runs, name), encoding="utf-8") as f:
-                        entries.append(json.load(f))
-                except (OSError, ValueError):
-                    continue
-        entries.sort(key=lambda e: (e.get("time", ""), e.get("id", "")), reverse=True)
+        entries = kept_runs(site)
         for old in entries[self.keep_runs :]:
             for rel in list(old.get("pages", {}).values()):
                 path = os.path.join(site, *rel.split("/"))

@@ -9,15 +9,15 @@ from dataclasses import dataclass
 
 import msgspec
 
-from ctp_state.errors import GateFailed
+from ctp_state.errors import CorruptData, GateFailed, ObjectNotFound
 from ctp_state.gc import run_gc, validate
 from ctp_state.gc.history import GcHistory
 from ctp_state.gc.run import held_by
 from ctp_state.records import GcRecord, HeldBy, Scalar
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
-from expectations.gate import GxGate, claim
-from expectations.report import publish, write_summary_page
+from expectations.gate import GxGate, claim, kept_runs
+from expectations.report import PartitionsView, partitions_view, publish, write_summary_page
 
 REPORT_RUNS = 200  # runs shown on the summary page
 
@@ -59,10 +59,30 @@ def write_report(
     store: ObjectStore, report_dir: str, gate: GxGate | None = None, *, publish_to_store: bool = False
 ) -> tuple[str, int]:
     claim(report_dir, store.url)  # before anything is written: the directory is this store's
-    records = GcHistory(store).tail(REPORT_RUNS, unreadable=[])  # a damaged record must not stop the report
-    docs = os.path.join(gate.docs_dir if gate else GxGate(report_dir).docs_dir, "index.html")
-    page = write_summary_page(report_dir, records, docs_index=docs if os.path.exists(docs) else None)
+    history = GcHistory(store)
+    records = history.tail(REPORT_RUNS, unreadable=[])  # a damaged record must not stop the report
+    docs_dir = gate.docs_dir if gate else GxGate(report_dir).docs_dir
+    docs = os.path.join(docs_dir, "index.html")
+    page = write_summary_page(
+        report_dir,
+        records,
+        docs_index=docs if os.path.exists(docs) else None,
+        partitions=newest_partitions(history, records),
+        validations=kept_runs(docs_dir),
+    )
     return page, publish(store, report_dir) if publish_to_store else 0
+
+
+def newest_partitions(history: GcHistory, records: list[GcRecord]) -> PartitionsView | None:
+    """The newest run's partition view that reads, worst first, for the report."""
+    for r in reversed(records):
+        if not r.partitions_key:
+            continue
+        try:
+            return partitions_view(r.seq, r.partitions_key, history.read_partitions(r.partitions_key))
+        except (CorruptData, ObjectNotFound):
+            continue  # the report shows the newest view that reads
+    return None
 
 
 def gc_job(

@@ -7,9 +7,12 @@ and script, points the remote logo at the copy GX ships in ``static/``, and inli
 small stylesheet (tables, status icons as text glyphs). The result reads the same with
 no network at all.
 
-:func:`write_summary_page` writes ``index.html`` at the top of the report directory: M
-and C over time (inline SVG), what holds M back now, deletes per run, failures, and a
-link to the Data Docs. It is a single file with no external references.
+:func:`write_summary_page` writes ``index.html`` at the top of the report directory: an
+alert banner, the latest run, what holds M back, M and C against time and deletes per
+run (inline SVG with labelled ticks), every partition's status worst first (capped),
+each run with its deleted epoch range and sample keys, and every kept validation result
+linked directly. It is a single file with no script and no external reference. Every
+page is a Jinja2 template under ``expectations/templates/``, autoescaped.
 
 :func:`gate_index_page` and :func:`gate_run_page` are the Data Docs site's own index and
 per-run pages (the gate, :mod:`expectations.gate`, lists its runs with them); pages are
@@ -20,15 +23,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import html
+import heapq
+import math
 import os
 import re
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctp_state import layout
-from ctp_state.records import GcRecord
+from ctp_state.gc.m import PARTITION_STATUSES
+from ctp_state.records import GcPartitionView, GcRecord
 from ctp_state.storage import ObjectStore
 
 _REMOTE_LINK = re.compile(r"<link\b[^>]*href=\"https?://[^\"]*\"[^>]*>\s*", re.I)
@@ -91,72 +97,68 @@ def localize_data_docs(site_dir: str) -> int:
     return changed
 
 
+# --- templates --------------------------------------------------------------------------------
+
+_ENV: Any = None
+
+
+def _env() -> Any:
+    """The Jinja2 environment: templates beside this module, HTML autoescaped."""
+    global _ENV
+    if _ENV is None:
+        import jinja2
+
+        _ENV = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        _ENV.filters["when"] = _when
+        _ENV.filters["size"] = _bytes
+    return _ENV
+
+
+def render(template: str, **context: Any) -> str:
+    """Render ``template`` (under ``expectations/templates/``) with the offline CSS."""
+    return str(_env().get_template(template).render(css=OFFLINE_CSS, **context))
+
+
 # --- the gate's runs in the Data Docs site ---------------------------------------------------
 
 
-def _page(title: str, body: str) -> str:
-    e = html.escape
-    return (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
-        f"<style>{OFFLINE_CSS} .ok{{color:#2b8a3e}} .bad{{color:#c92a2a}} code{{font-size:.9em}}</style>"
-        f"</head><body><h1>{e(title)}</h1>{body}</body></html>"
-    )
-
-
-def _verdict(entry: dict[str, Any]) -> str:
-    st = entry.get("statistics") or {}
-    ok = entry.get("success")
-    return (
-        f'<span class="{"ok" if ok else "bad"}">{"passed" if ok else "FAILED"}</span> '
-        f"{st.get('successful', 0)}/{st.get('evaluated', 0)}"
-    )
+def _entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """A run list entry with every field the templates read (older entries lack some)."""
+    return {
+        "statistics": {},
+        "failures": [],
+        "pages": {},
+        "suites": {},
+        "time": "",
+        "success": False,
+        "seq": None,
+        "m": None,
+        **entry,
+    }
 
 
 def gate_run_page(entry: dict[str, Any]) -> str:
-    """One gate run (``runs/<id>.html`` in the Data Docs site): verdict, failures, and
-    links to its validation result pages."""
-    e = html.escape
-    rows = "".join(
-        f'<tr><td>{e(suite)}</td><td><a href="../{e(rel)}">validation result</a></td>'
-        f'<td><a href="../{e(entry.get("suites", {}).get(suite, ""))}">suite</a></td></tr>'
-        for suite, rel in sorted(entry.get("pages", {}).items())
-    )
-    fails = "".join(f"<li><code>{e(f)}</code></li>" for f in entry.get("failures", []))
-    body = (
-        f"<p>{_verdict(entry)} expectations; validated {e(entry.get('time', ''))}. "
-        f'<a href="../index.html">All gate runs</a></p>'
-        + (f'<h2 class="bad">Failures (the GC deleted nothing)</h2><ul>{fails}</ul>' if fails else "")
-        + f"<table><tr><th>table</th><th>result</th><th>expectations</th></tr>{rows}</table>"
-    )
-    return _page(f"GC gate run {entry.get('id', entry.get('run', ''))}", body)
+    """One gate run (``runs/<id>.html`` in the Data Docs site): verdict, failed
+    expectations, and links to its validation result pages."""
+    entry = _entry(entry)
+    return render("gate_run.html.j2", title=f"GC gate run {entry.get('id', entry.get('run', ''))}", entry=entry)
 
 
 def gate_index_page(entries: Sequence[dict[str, Any]]) -> str:
-    """The Data Docs site's ``index.html``: every kept gate run, newest first."""
-    e = html.escape
-    rows = []
-    for en in entries:
-        links = " ".join(f'<a href="{e(rel)}">{e(suite)}</a>' for suite, rel in sorted(en.get("pages", {}).items()))
-        first = en.get("failures") or []
-        rows.append(
-            f'<tr><td><a href="runs/{e(en["id"])}.html">{e(en["id"])}</a></td><td>{e(en.get("time", ""))}</td>'
-            f"<td>{_verdict(en)}</td><td>{links}</td>"
-            f"<td>{'<code>' + e(first[0][:200]) + '</code>' if first else ''}"
-            f"{f' and {len(first) - 1} more' if len(first) > 1 else ''}</td></tr>"
-        )
-    body = (
-        (
-            "<p>Great Expectations validation results of the GC gate, newest first. The run is the GC run id.</p>"
-            "<table><tr><th>run</th><th>validated (UTC)</th><th>result</th><th>validation results</th>"
-            "<th>first failure</th></tr>" + "".join(rows) + "</table>"
-        )
-        if rows
-        else "<p>No gate run yet.</p>"
-    )
-    return _page("ctp GC gate: Data Docs", body)
+    """The Data Docs site's ``index.html``: every kept gate run, newest first, with
+    plain links (no JavaScript) to each validation result."""
+    return render("gate_index.html.j2", title="ctp GC gate: Data Docs", entries=[_entry(e) for e in entries])
 
 
 # --- the GC summary page ---------------------------------------------------------------------
+
+PARTITION_ROWS = 200  # partitions listed on the summary page, worst first
 
 
 def _when(ms: int | None) -> str:
@@ -174,126 +176,289 @@ def _bytes(n: int | None) -> str:
     return f"{n:.1f} TiB"
 
 
-def _chart(records: Sequence[GcRecord], width: int = 900, height: int = 220) -> str:
-    pts = [(r.seq, r.m, r.cluster_epoch) for r in records if r.m is not None]
+def nice_ticks(lo: float, hi: float, count: int = 6, *, integer: bool = True) -> list[float]:
+    """Round tick values (1, 2 or 5 times a power of ten apart) covering ``[lo, hi]``."""
+    if hi <= lo:
+        hi = lo + 1
+    raw = (hi - lo) / max(1, count - 1)
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    if integer:
+        step = max(1, round(step))
+    first = math.floor(lo / step) * step
+    ticks, v = [], first
+    while v <= hi + step * 1e-9:
+        if v >= lo - step * 1e-9:
+            ticks.append(v)
+        v += step
+    return ticks
+
+
+def _time_ticks(t0: int, t1: int, count: int = 6) -> list[tuple[int, str]]:
+    """Evenly spaced times over ``[t0, t1]`` (ms), labelled to the precision the span needs."""
+    span = max(1, t1 - t0)
+    fmt = "%H:%M:%S" if span < 3_600_000 else ("%m-%d %H:%M" if span < 7 * 86_400_000 else "%Y-%m-%d")
+    n = count if span > 1 else 1
+    return [
+        (t, dt.datetime.fromtimestamp(t / 1000, dt.UTC).strftime(fmt))
+        for t in sorted({t0 + round(i * span / max(1, n - 1)) for i in range(n)})
+    ]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """An SVG chart's geometry, computed here and drawn by the template."""
+
+    width: int
+    height: int
+    left: int
+    right: int
+    top: int
+    bottom: int
+    x_ticks: list[dict[str, Any]]
+    y_ticks: list[dict[str, Any]]
+    y_title: str
+    series: list[dict[str, Any]] = field(default_factory=list)
+    bars: list[dict[str, Any]] = field(default_factory=list)
+    legend: list[dict[str, Any]] = field(default_factory=list)
+    y2_ticks: list[dict[str, Any]] = field(default_factory=list)
+    y2_title: str = ""
+
+
+class _Frame:
+    """Maps times (ms) and values to pixels inside a chart's plot area."""
+
+    def __init__(self, t0: int, t1: int, y0: float, y1: float, w: int, h: int, pad: tuple[int, int, int, int]):
+        self.t0, self.t1 = t0, t1 if t1 > t0 else t0 + 1
+        self.y0, self.y1 = y0, y1 if y1 > y0 else y0 + 1
+        self.left, self.right, self.top, self.bottom = pad
+        self.w, self.h = w, h
+
+    def x(self, t: float) -> float:
+        return round(self.left + (t - self.t0) / (self.t1 - self.t0) * (self.w - self.left - self.right), 1)
+
+    def y(self, v: float, lo: float | None = None, hi: float | None = None) -> float:
+        lo = self.y0 if lo is None else lo
+        hi = self.y1 if hi is None else hi
+        hi = hi if hi > lo else lo + 1
+        return round(self.h - self.bottom - (v - lo) / (hi - lo) * (self.h - self.top - self.bottom), 1)
+
+
+PAD = (60, 70, 28, 30)  # left, right, top, bottom
+
+
+def m_chart(records: Sequence[GcRecord], width: int = 960, height: int = 260) -> Chart | None:
+    """M and C against run start time, with labelled epoch ticks."""
+    pts = [r for r in records if r.m is not None and r.started_ms]
     if not pts:
-        return "<p>No run with an M yet.</p>"
-    xs = [p[0] for p in pts]
-    ys = [v for p in pts for v in (p[1], p[2]) if v is not None]
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    y0, y1 = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1
-    pad = 40
+        return None
+    # M as the history counts it (runs that passed the gate); a refused candidate M is
+    # a red dot, and does not stretch the axis past what C allows.
+    passed = [r for r in pts if r.passed]
+    refused = [r for r in pts if not r.passed]
+    ys = [v for r in pts for v in (r.m if r.passed else None, r.cluster_epoch) if v is not None]
+    ys += [min(r.m, r.cluster_epoch or r.m) for r in refused if r.m is not None]
+    ticks = nice_ticks(min(ys), max(ys))
+    t0, t1 = min(r.started_ms for r in pts), max(r.started_ms for r in pts)
+    f = _Frame(t0, t1, ticks[0], ticks[-1], width, height, PAD)
 
-    def xy(x: float, y: float) -> str:
-        return f"{pad + (x - x0) / (x1 - x0) * (width - 2 * pad):.1f},{height - pad - (y - y0) / (y1 - y0) * (height - 2 * pad):.1f}"
+    def series(
+        name: str, color: str, dash: bool, value: Any, runs: list[GcRecord], line: bool = True
+    ) -> dict[str, Any]:
+        dots = [
+            {
+                "x": f.x(r.started_ms),
+                "y": f.y(value(r)),
+                "title": f"run {r.seq} {_when(r.started_ms)} ({r.status}): {name}={value(r)}",
+            }
+            for r in runs
+            if value(r) is not None
+        ]
+        points = " ".join(f"{d['x']},{d['y']}" for d in dots) if line else ""
+        return {"color": color, "dash": dash, "dots": dots, "points": points}
 
-    m_line = " ".join(xy(s, m) for s, m, _ in pts)
-    c_line = " ".join(xy(s, c) for s, _, c in pts if c is not None)
-    dots = "".join(
-        f'<circle cx="{xy(s, m).split(",")[0]}" cy="{xy(s, m).split(",")[1]}" r="3" fill="#1971c2">'
-        f"<title>run {s}: M={m}, C={c}</title></circle>"
-        for s, m, c in pts
+    return Chart(
+        width,
+        height,
+        *PAD,
+        x_ticks=[{"pos": f.x(t), "label": label} for t, label in _time_ticks(t0, t1)],
+        y_ticks=[{"pos": f.y(v), "label": f"{v:g}"} for v in ticks],
+        y_title="epoch",
+        series=[
+            series("C", "#868e96", True, lambda r: r.cluster_epoch, pts),
+            series("M", "#1971c2", False, lambda r: r.m, passed),
+            series("refused M", "#c92a2a", False, lambda r: min(r.m, r.cluster_epoch or r.m), refused, line=False),
+        ],
+        legend=[
+            {"color": "#1971c2", "mark": "\u2501", "label": "M (safe epoch)"},
+            {"color": "#868e96", "mark": "\u2504", "label": "C (cluster epoch)"},
+            {"color": "#c92a2a", "mark": "\u25cf", "label": "run not passed"},
+        ],
     )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        f'aria-label="M and C over GC runs">'
-        f'<rect width="100%" height="100%" fill="#fff" stroke="#dee2e6"/>'
-        f'<polyline fill="none" stroke="#adb5bd" stroke-dasharray="4 3" stroke-width="2" points="{c_line}"/>'
-        f'<polyline fill="none" stroke="#1971c2" stroke-width="2" points="{m_line}"/>{dots}'
-        f'<text x="{pad}" y="16" font-size="12">epoch {y1}</text>'
-        f'<text x="{pad}" y="{height - 8}" font-size="12">epoch {y0}; runs {x0}..{x1}</text>'
-        f'<text x="{width - 230}" y="16" font-size="12" fill="#1971c2">&#9473; M</text>'
-        f'<text x="{width - 190}" y="16" font-size="12" fill="#868e96">&#9476; C (cluster epoch)</text></svg>'
+
+
+def delete_chart(records: Sequence[GcRecord], width: int = 960, height: int = 220) -> Chart | None:
+    """L0 objects deleted per run (bars; a dry run's would-delete in grey) and bytes
+    (line, right axis), on the same time axis as :func:`m_chart`."""
+    pts = [r for r in records if r.started_ms]
+    if not pts:
+        return None
+
+    def n(r: GcRecord) -> int:
+        return r.would_delete if r.dry_run else r.deleted
+
+    def b(r: GcRecord) -> int:
+        return r.would_delete_bytes if r.dry_run else r.deleted_bytes
+
+    ticks = nice_ticks(0, max([n(r) for r in pts] + [1]))
+    bticks = nice_ticks(0, max([b(r) for r in pts] + [1]), integer=False)
+    t0, t1 = min(r.started_ms for r in pts), max(r.started_ms for r in pts)
+    f = _Frame(t0, t1, 0, ticks[-1], width, height, PAD)
+    bar_w = max(2.0, min(18.0, (width - PAD[0] - PAD[1]) / max(1, len(pts)) * 0.6))
+    bars = [
+        {
+            "x": round(f.x(r.started_ms) - bar_w / 2, 1),
+            "y": f.y(n(r)),
+            "w": round(bar_w, 1),
+            "h": round(f.y(0) - f.y(n(r)), 1),
+            "color": "#adb5bd" if r.dry_run else "#2b8a3e",
+            "title": f"run {r.seq}: {'would delete' if r.dry_run else 'deleted'} {n(r)} objects, {_bytes(b(r))}",
+        }
+        for r in pts
+    ]
+    dots = [
+        {"x": f.x(r.started_ms), "y": f.y(b(r), bticks[0], bticks[-1]), "title": f"run {r.seq}: {_bytes(b(r))}"}
+        for r in pts
+    ]
+    return Chart(
+        width,
+        height,
+        *PAD,
+        x_ticks=[{"pos": f.x(t), "label": label} for t, label in _time_ticks(t0, t1)],
+        y_ticks=[{"pos": f.y(v), "label": f"{v:g}"} for v in ticks],
+        y_title="objects",
+        y2_ticks=[{"pos": f.y(v, bticks[0], bticks[-1]), "label": _bytes(int(v))} for v in bticks],
+        y2_title="bytes",
+        bars=bars,
+        series=[
+            {
+                "color": "#e67700",
+                "dash": False,
+                "dots": dots,
+                "points": " ".join(f"{d['x']},{d['y']}" for d in dots),
+            }
+        ],
+        legend=[
+            {"color": "#2b8a3e", "mark": "\u2588", "label": "objects deleted"},
+            {"color": "#adb5bd", "mark": "\u2588", "label": "would delete (dry run)"},
+            {"color": "#e67700", "mark": "\u2501", "label": "bytes"},
+        ],
     )
+
+
+@dataclass(frozen=True)
+class PartitionsView:
+    """The partitions as one GC run saw them, worst first, capped for the page."""
+
+    seq: int
+    key: str
+    total: int
+    counts: list[tuple[str, int]]
+    rows: list[GcPartitionView]
+    shown: int
+
+
+def partitions_view(seq: int, key: str, rows: Sequence[GcPartitionView], cap: int = PARTITION_ROWS) -> PartitionsView:
+    """Order ``rows`` worst first: by status (quarantined, claim held, lagging, idle,
+    caught up; unknown after), then most lag bytes, then lowest M(p); keep ``cap``."""
+
+    def rank(r: GcPartitionView) -> tuple[int, int, int, str, int]:
+        s = PARTITION_STATUSES.index(r.status) if r.status in PARTITION_STATUSES else len(PARTITION_STATUSES)
+        return (s, -r.lag_bytes, r.m if r.m is not None else -1, r.topic, r.partition)
+
+    ordered = heapq.nsmallest(cap, rows, key=rank)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status or "unknown"] = counts.get(r.status or "unknown", 0) + 1
+    order = [*PARTITION_STATUSES, "unknown"]
+    return PartitionsView(
+        seq,
+        key,
+        len(rows),
+        sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)),
+        ordered,
+        len(ordered),
+    )
+
+
+def _validations(entries: Sequence[dict[str, Any]], site_rel: str) -> list[dict[str, Any]]:
+    out = []
+    for en in entries:
+        en = _entry(en)
+        st = en["statistics"]
+        out.append(
+            {
+                "id": en.get("id", en.get("run", "")),
+                "page": f"{site_rel}/runs/{en.get('id', en.get('run', ''))}.html",
+                "time": en["time"],
+                "success": en["success"],
+                "successful": st.get("successful", 0),
+                "evaluated": st.get("evaluated", 0),
+                "links": [(suite, f"{site_rel}/{rel}") for suite, rel in sorted(en["pages"].items())],
+                "failures": en["failures"],
+                "gc_run_id": en.get("gc_run_id"),
+            }
+        )
+    return out
 
 
 def write_summary_page(
-    report_dir: str, records: Sequence[GcRecord], *, docs_index: str | None = None, title: str = "ctp GC report"
+    report_dir: str,
+    records: Sequence[GcRecord],
+    *,
+    docs_index: str | None = None,
+    partitions: PartitionsView | None = None,
+    validations: Sequence[dict[str, Any]] = (),
+    title: str = "ctp GC report",
 ) -> str:
-    """Write ``<report_dir>/index.html`` from GC history ``records`` (oldest first)."""
+    """Write ``<report_dir>/index.html`` from GC history ``records`` (oldest first),
+    the newest partition view, and the gate runs the Data Docs site keeps (newest
+    first). One self-contained page: inline CSS and SVG, no script, plain links."""
     os.makedirs(report_dir, exist_ok=True)
-    e = html.escape
-    latest = records[-1] if records else None
-    parts = [
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
-        f"<style>{OFFLINE_CSS} .ok{{color:#2b8a3e}} .bad{{color:#c92a2a}} code{{font-size:.9em}}</style>"
-        f"</head><body><h1>{e(title)}</h1>"
-    ]
-    if docs_index:
-        rel = os.path.relpath(docs_index, report_dir).replace(os.sep, "/")
-        parts.append(f'<p>Great Expectations validation results: <a href="{e(rel)}">Data Docs</a> (offline copy).</p>')
-    if latest is None:
-        parts.append("<p>No GC run recorded yet.</p></body></html>")
-    else:
-        ok = latest.status in ("ok", "dry_run")
-        verb = "would delete" if latest.dry_run else "deleted"
-        n = latest.would_delete if latest.dry_run else latest.deleted
-        b = latest.would_delete_bytes if latest.dry_run else latest.deleted_bytes
-        parts.append(
-            f'<div class="card"><div class="card-header">Latest run: seq {latest.seq}, '
-            f'<span class="{"ok" if ok else "bad"}">{e(latest.status)}</span></div>'
-            f"<p>{_when(latest.started_ms)}, {latest.seconds} s. "
-            f"Cluster epoch C = {latest.cluster_epoch}, M = {latest.m} "
-            f"(highest M so far: {latest.m_high_water}). {latest.partitions} partitions, "
-            f"each read from its state log.</p>"
-            f"<p>L0: listed {latest.listed}, {verb} {n} objects ({_bytes(b)}), "
-            f"failed {latest.delete_errors}, too young {latest.skipped_too_young}. "
-            f"L1 orphans: {latest.l1_orphans} ({_bytes(latest.l1_orphan_bytes)}).</p>"
+    site_rel = os.path.relpath(os.path.dirname(docs_index), report_dir).replace(os.sep, "/") if docs_index else "."
+    vals = _validations(validations, site_rel)
+    by_run = {v["gc_run_id"]: v for v in vals if v["gc_run_id"]}
+    shown = list(records[-REPORT_CHART_RUNS:])
+    runs = []
+    for r in reversed(shown):
+        v = by_run.get(r.run_id)
+        runs.append(
+            {
+                "rec": r,
+                "deleted": r.would_delete if r.dry_run else r.deleted,
+                "bytes": r.would_delete_bytes if r.dry_run else r.deleted_bytes,
+                "failures": list(r.gate.failures if r.gate else ()) + [f"{k}: {e}" for k, e in r.failed_keys.items()],
+                "gate_page": v["page"] if v else None,
+                "gate_ok": v["success"] if v else None,
+            }
         )
-        if latest.alert is not None:
-            parts.append(
-                f'<div class="card"><div class="card-header bad">ALERT ({e(latest.alert.kind)})</div>'
-                f"<p>{e(latest.alert.message)}</p></div>"
-            )
-        if latest.gate is not None and latest.gate.failures:
-            parts.append(
-                '<h3 class="bad">Gate failures (nothing was deleted)</h3><ul>'
-                + "".join(f"<li><code>{e(f)}</code></li>" for f in latest.gate.failures)
-                + "</ul>"
-            )
-        if latest.error:
-            parts.append(f'<p class="bad">Error: <code>{e(latest.error)}</code></p>')
-        if latest.failed_keys:
-            parts.append(
-                '<h3 class="bad">Keys that failed to delete</h3><ul>'
-                + "".join(f"<li><code>{e(k)}</code>: {e(str(v))}</li>" for k, v in latest.failed_keys.items())
-                + "</ul>"
-            )
-        held = latest.held_by
-        parts.append(
-            f"<h2>What holds M back ({latest.held_by_count or len(held)} partitions/reasons)</h2>"
-            "<table><tr><th>topic</th><th>partition</th><th>M(p)</th><th>why</th></tr>"
-            + "".join(
-                f"<tr><td>{e(h.topic or '(cluster)')}</td><td>{'' if h.partition is None else h.partition}"
-                f"</td><td>{h.m}</td><td>{'<br>'.join(e(r) for r in h.reasons)}</td></tr>"
-                for h in held
-            )
-            + "</table>"
-        )
-    if records:
-        parts.append("<h2>M over time</h2>" + _chart(records[-200:]))
-        rows = []
-        for r in reversed(records[-200:]):
-            cls = "ok" if r.status in ("ok", "dry_run") else "bad"
-            dele = f"{r.would_delete} (dry)" if r.dry_run else str(r.deleted)
-            byts = _bytes(r.would_delete_bytes if r.dry_run else r.deleted_bytes)
-            nfail = len(r.gate.failures if r.gate else ()) + r.delete_errors
-            rows.append(
-                f'<tr><td>{r.seq}</td><td>{_when(r.started_ms)}</td><td class="{cls}">'
-                f"{e(r.status)}</td><td>{r.m}</td><td>{r.cluster_epoch}</td><td>{dele}</td>"
-                f"<td>{byts}</td><td>{r.l1_orphans_deleted}</td><td>{nfail}</td>"
-                f"<td>{r.seconds}</td></tr>"
-            )
-        parts.append(
-            "<h2>Runs</h2><table><tr><th>seq</th><th>started</th><th>status</th><th>M</th><th>C</th>"
-            "<th>L0 deleted</th><th>bytes</th><th>L1 orphans deleted</th><th>failures</th><th>s</th></tr>"
-            + "".join(rows)
-            + "</table>"
-        )
-    parts.append("</body></html>")
+    page = render(
+        "report.html.j2",
+        title=title,
+        latest=records[-1] if records else None,
+        docs_index=f"{site_rel}/index.html" if docs_index else None,
+        m_chart=m_chart(shown),
+        delete_chart=delete_chart(shown),
+        partitions=partitions,
+        runs=runs,
+        validations=vals,
+    )
     path = os.path.join(report_dir, "index.html")
-    write_atomic(path, "".join(parts))  # GCs of one store may share the directory
+    write_atomic(path, page)  # GCs of one store may share the directory
     return path
+
+
+REPORT_CHART_RUNS = 200  # runs in the charts and the runs table
 
 
 def publish(store: ObjectStore, report_dir: str, prefix: str = layout.REPORTS) -> int:

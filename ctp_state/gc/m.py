@@ -80,9 +80,9 @@ def compute_m(
             )
         for h in s.holders:
             if h.lease_until_ms <= now_ms:
-                reasons.append(f"stuck claim: {h.owner} ({h.mode.value}) lease ran out at {h.lease_until_ms} ms")
+                reasons.append(f"stuck claim: {h.owner} ({h.mode.value}) lease ran out at {_iso(h.lease_until_ms)}")
             else:
-                reasons.append(f"claim held by {h.owner} ({h.mode.value}) until {h.lease_until_ms} ms")
+                reasons.append(f"claim held by {h.owner} ({h.mode.value}) until {_iso(h.lease_until_ms)}")
         if not reasons:
             reasons.append("idle: lower bound not advanced yet (the next reconcile advances it, R6)")
         held.append(Holdback(s.topic, s.partition, m, tuple(reasons)))

@@ -363,7 +363,10 @@ def run_gc(
         "gate": GateInfo(success=not failures, statistics=result.statistics, failures=tuple(failures), docs=result.docs)
     }
     if failures:
-        finish("gate_failed", gate_info, with_view=False)
+        # The view goes on record for the operator (the report shows why the gate
+        # failed beside each partition's status); only passing runs' views are ever a
+        # reference for later runs.
+        finish("gate_failed", gate_info, with_view=True)
         raise GateFailed(failures, result.statistics, result.docs)
 
     counters = GcCounters()

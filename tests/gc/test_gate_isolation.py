@@ -321,9 +321,9 @@ def _try_claim(d: str, url: str) -> str:
 
 
 def test_gate_runs_are_named_by_the_gc_run_and_keep_their_own_pages(store, tmp_path):
-    """Each gate run's validation pages sit under its GC run id (not ``__none__``), the
-    history record points at the run's page, every page reads offline, and the site
-    keeps the newest ``keep_runs`` runs."""
+    """Each gate run's validation pages sit under ``gc-<seq>-m<M>-<GC run id>`` (not
+    ``__none__``), the history record points at the run's page, every page reads
+    offline, and the site keeps the newest ``keep_runs`` runs."""
     from ctp_state.gc import run_gc
     from expectations.gate import GxGate
 
@@ -331,12 +331,15 @@ def test_gate_runs_are_named_by_the_gc_run_and_keep_their_own_pages(store, tmp_p
     recs = [run_gc(store, gate=gate, config=GcSettings(dry_run=True)) for _ in range(3)]
     site, runs = gate.docs_dir, os.path.join(gate.docs_dir, "runs")
     for rec in recs[1:]:
-        assert rec.gate.docs == os.path.join(runs, f"{rec.run_id}.html")
-        with open(os.path.join(runs, f"{rec.run_id}.json"), encoding="utf-8") as f:
-            pages = json.load(f)["pages"]
+        name = f"gc-{rec.seq}-m{rec.m}-{rec.run_id}"
+        assert rec.gate.docs == os.path.join(runs, f"{name}.html")
+        with open(os.path.join(runs, f"{name}.json"), encoding="utf-8") as f:
+            entry = json.load(f)
+        assert (entry["gc_run_id"], entry["seq"], entry["m"]) == (rec.run_id, rec.seq, rec.m)
+        pages = entry["pages"]
         assert set(pages) == {"gc_history", "partition_state", "l1_files"}
         for suite, rel in pages.items():
-            assert rel.startswith(f"validations/{suite}/{rec.run_id}/")
+            assert rel.startswith(f"validations/{suite}/{name}/")
             assert os.path.isfile(os.path.join(site, rel))
     files = [os.path.join(d, n) for d, _, ns in os.walk(tmp_path / "report") for n in ns]
     assert not any(recs[0].run_id in f or "__none__" in f for f in files)  # the oldest run was pruned
