@@ -5,7 +5,8 @@
                                   [--only growth|delete|m|throttle] [--throttle-objects 5000]
 
 - growth: GC wall time with a fixed amount of L0 garbage while the live L0 objects (above
-  M) grow, next to a delta-rs vacuum in full mode (``full=True``: it lists the whole
+  M) grow, with what the listing read (directories and entries on the file store; LIST
+  requests on S3 with ``--s3``), next to a delta-rs vacuum in full mode (``full=True``: it lists the whole
   table, as any GC that also collects orphans must) over a Delta table holding the same
   numbers of live and removed files of the same size, on the same filesystem. ctp's GC
   is timed twice: the L0 list+delete alone, and the whole ``run_gc`` with the Great
@@ -55,18 +56,74 @@ def _l0_keys(n: int, epoch_of, tag: str) -> list[str]:
     return [layout.l0_key(i % SPREAD, epoch_of(i), f"{tag}{i}") for i in range(n)]
 
 
-def ctp_growth(root: str, live: int, garbage: int) -> dict:
-    store = LocalStore(root, fsync=False)
+class _CountingScandir:
+    """Counts the directories a file store opens and the entries it reads from them."""
+
+    def __init__(self) -> None:
+        self.dirs = self.entries = 0
+        self._real = os.scandir
+
+    def __call__(self, path="."):
+        self.dirs += 1
+        it = self._real(path)
+        counter = self
+
+        class Counted:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                it.close()
+
+            def __iter__(self):
+                for e in it:
+                    counter.entries += 1
+                    yield e
+
+        return Counted()
+
+
+def _list_requests(store: ObjectStore) -> list[int]:
+    """A counter of the S3 LIST requests ``store``'s client sends (boto3's event hooks)."""
+    n = [0]
+
+    def count(**_kw):
+        n[0] += 1
+
+    store._s3.meta.events.register("before-call.s3.ListObjectsV2", count)  # type: ignore[attr-defined]
+    return n
+
+
+def ctp_growth(root: str, live: int, garbage: int, store: ObjectStore | None = None) -> dict:
+    """L0 list + delete of ``garbage`` objects (epochs 1-10, M = 10) beside ``live``
+    objects at epoch 11, and what it read: directories and entries on a file store,
+    LIST requests on S3."""
+    store = store or LocalStore(root, fsync=False)
     ce = ClusterEpoch(store)
     for _ in range(10):
         ce.advance()  # C = 11, no partitions: M = 10
     _fill(store, _l0_keys(garbage, lambda i: 1 + i % 10, "g"))
     _fill(store, _l0_keys(live, lambda i: 11, "l"))
-    t0 = time.perf_counter()
-    todo, c = plan_l0_deletes(store, 10, now_s=time.time())
-    delete_objects(store, todo, counters=c)
-    core = time.perf_counter() - t0
+    reads: dict = {}
+    if isinstance(store, LocalStore):
+        counting = _CountingScandir()
+        os.scandir = counting  # type: ignore[assignment]
+    else:
+        lists = _list_requests(store)
+    try:
+        t0 = time.perf_counter()
+        todo, c = plan_l0_deletes(store, 10, now_s=time.time())
+        delete_objects(store, todo, counters=c)
+        core = time.perf_counter() - t0
+    finally:
+        if isinstance(store, LocalStore):
+            os.scandir = counting._real
+            reads = {"dirs_read": counting.dirs, "dir_entries_read": counting.entries}
+        else:
+            reads = {"list_requests": lists[0]}
     assert c.deleted == garbage, c
+    if not isinstance(store, LocalStore):
+        return {"l0_gc_s": round(core, 4), "listed": c.listed, **reads}
     # the whole run with the gate, on a second batch of the same garbage
     _fill(store, _l0_keys(garbage, lambda i: 1 + i % 10, "h"))
     from expectations.gate import GxGate
@@ -75,7 +132,7 @@ def ctp_growth(root: str, live: int, garbage: int) -> dict:
     rec = run_gc(store, gate=GxGate(os.path.join(root, "..", "report")), config=GcSettings())
     full = time.perf_counter() - t0
     assert rec.deleted == garbage, rec
-    return {"l0_gc_s": round(core, 4), "run_gc_with_gate_s": round(full, 3), "listed": c.listed}
+    return {"l0_gc_s": round(core, 4), "run_gc_with_gate_s": round(full, 3), "listed": c.listed, **reads}
 
 
 def delta_growth(root: str, live: int, garbage: int) -> dict:
@@ -146,6 +203,19 @@ def bench_growth(lives: list[int], garbage: int) -> list[dict]:
     for row in out:
         row["ctp_l0_vs_smallest"] = round(row["l0_gc_s"] / first["l0_gc_s"], 2)
         row["vacuum_vs_smallest"] = round(row["vacuum_full_s"] / first["vacuum_full_s"], 2)
+    return out
+
+
+def bench_growth_s3(server, lives: list[int], garbage: int) -> list[dict]:
+    """The growth run on S3 (moto server over HTTP): time, keys listed, LIST requests."""
+    out = []
+    for live in lives:
+        store = open_store(f"s3://{server.new_bucket()}/bench", server.env)
+        row = {"live": live, "garbage": garbage, **ctp_growth("", live, garbage, store=store)}
+        print(json.dumps({"growth_s3": row}), file=sys.stderr)
+        out.append(row)
+    for row in out:
+        row["ctp_l0_vs_smallest"] = round(row["l0_gc_s"] / out[0]["l0_gc_s"], 2)
     return out
 
 
@@ -244,6 +314,7 @@ def main() -> None:
     ap.add_argument("--delete-objects", type=int, default=5000)
     ap.add_argument("--s3", action="store_true", help="also measure deletes on S3 through a moto server")
     ap.add_argument("--throttle-objects", type=int, default=5000, help="objects for the S3 throttling run")
+    ap.add_argument("--s3-live", default="1000,10000,100000", help="live objects for the S3 growth run (with --s3)")
     ap.add_argument(
         "--only",
         choices=["growth", "delete", "m", "throttle"],
@@ -282,6 +353,8 @@ def main() -> None:
                 )
             if "throttle" in want:
                 result["throttle"] = bench_throttle(server, args.throttle_objects)
+            if "growth" in want and args.s3:
+                result["growth_s3"] = bench_growth_s3(server, [int(x) for x in args.s3_live.split(",")], args.garbage)
         finally:
             server.stop()
     if "m" in want:

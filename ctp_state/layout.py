@@ -118,6 +118,13 @@ def l0_key(spread: int, epoch: int, unique: str) -> str:
     return f"{L0_ROOT}{spread:03d}/{_epoch18(epoch)}/{unique}.l0"
 
 
+def l0_epoch_prefix(spread_prefix: str, epoch: int) -> str:
+    """Where epoch ``epoch``'s keys start under ``spread_prefix`` (``l0/<spread>/``):
+    every key of a lower epoch sorts before it, every key of this or a higher epoch
+    at or after it."""
+    return f"{spread_prefix}{_epoch18(epoch)}/"
+
+
 _L0_RE = re.compile(r"l0/(\d{3})/(\d{18})/([0-9A-Za-z_-]+)\.l0")
 
 

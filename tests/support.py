@@ -81,8 +81,8 @@ class Wrapped(ObjectStore):
     def head(self, k):
         return self.inner.head(k)
 
-    def list(self, prefix="", start_after=None):
-        return self.inner.list(prefix, start_after)
+    def list(self, prefix="", start_after=None, end_before=None):
+        return self.inner.list(prefix, start_after, end_before)
 
     def list_level(self, prefix):
         return self.inner.list_level(prefix)

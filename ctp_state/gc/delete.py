@@ -85,6 +85,12 @@ def scan_prefix(
 ) -> Scan:
     """List one spread prefix in epoch order up to M.
 
+    The listing is bounded at the first key of epoch M + 1 (``end_before``), so no store
+    reads past the garbage: a file store never opens a live epoch's directory, S3 stops
+    within the page that reaches it. One level listing of the prefix (an entry per
+    epoch, :func:`check_epoch_dirs`) then finds the first live epoch and any name
+    that does not parse behind the bound.
+
     A listing that fails part way (a throttle, a reset connection) resumes after the
     last key it returned; a throttle paces this prefix through ``limiter`` (listing a
     prefix is sequential, page after page, so slowing down means waiting longer between
@@ -97,17 +103,18 @@ def scan_prefix(
     lister = lister or store
     scan = Scan()
     last: str | None = None
+    bound = layout.l0_epoch_prefix(prefix, m + 1)
     errors = throttles = 0  # failures since the listing last made progress
     failed_at: str | None = None
     while True:
         ticket = limiter.acquire(prefix)
         try:
-            for info in lister.list(prefix, start_after=last):
+            for info in lister.list(prefix, start_after=last, end_before=bound):
                 scan.listed += 1
                 last = info.key
                 _, epoch = layout.parse_l0_key(info.key)
                 scan.lowest = epoch if scan.lowest < 0 else scan.lowest
-                if epoch > m:
+                if epoch > m:  # a store must not list past the bound; if one does, stop there
                     scan.above = epoch
                     break
                 scan.candidates.append((info, epoch))
@@ -137,19 +144,25 @@ def scan_prefix(
             raise
         limiter.success(ticket)
         break
-    if scan.above >= 0:
-        check_epoch_dirs(store, prefix)
+    epochs = check_epoch_dirs(store, prefix)
+    live = [e for e in epochs if e > m]
+    if live and scan.above < 0:
+        scan.above = live[0]
+    if epochs and scan.lowest < 0:
+        scan.lowest = epochs[0]
     return scan
 
 
-def check_epoch_dirs(store: ObjectStore, prefix: str) -> None:
-    """The listing stopped at the first live key: a key that does not parse and sorts
-    after it would never be seen. One level listing of the prefix (one entry per epoch)
-    finds any such directory or stray object; a bad name inside a live epoch's
-    directory is found by the listing once that epoch is at or below M."""
+def check_epoch_dirs(store: ObjectStore, prefix: str) -> list[int]:
+    """The epochs of a spread prefix, in order, from one level listing (an entry per
+    epoch). The bounded listing never sees a key that sorts after its bound: this finds
+    any directory or stray object there that does not parse, and raises
+    :class:`CorruptData` naming it; a bad name inside a live epoch's directory is found
+    by the listing once that epoch is at or below M."""
     dirs, stray = store.list_level(prefix)
     if stray:
         raise CorruptData(stray[0].key, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0")
+    epochs = []
     for d in dirs:
         name = d[len(prefix) :].rstrip("/")
         if len(name) != 18 or not name.isdigit() or not name.isascii():
@@ -157,6 +170,8 @@ def check_epoch_dirs(store: ObjectStore, prefix: str) -> None:
             raise CorruptData(
                 first.key if first else d, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0"
             )
+        epochs.append(int(name))
+    return epochs
 
 
 def plan_l0_deletes(

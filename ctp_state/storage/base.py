@@ -75,9 +75,13 @@ class ObjectStore(ABC):
         """Return the object's size and mtime, or ``None`` if it is absent."""
 
     @abstractmethod
-    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
-        """Yield objects whose key starts with ``prefix`` and sorts after ``start_after``,
-        in byte-wise key order. Pagination is internal; stop iterating to stop early."""
+    def list(
+        self, prefix: str = "", start_after: str | None = None, end_before: str | None = None
+    ) -> Iterator[ObjectInfo]:
+        """Yield objects whose key starts with ``prefix``, sorts after ``start_after`` and
+        before ``end_before``, in byte-wise key order. Pagination is internal; stop
+        iterating to stop early. ``end_before`` lets a store skip what lies beyond it
+        unread (a file store never opens a directory whose keys all sort after it)."""
 
     @abstractmethod
     def list_level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[ObjectInfo]]:

@@ -126,15 +126,17 @@ class LocalStore(ObjectStore):
     def put_if_absent(self, key: str, data: bytes) -> None:
         self._install(key, data, exclusive=True)
 
-    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+    def list(
+        self, prefix: str = "", start_after: str | None = None, end_before: str | None = None
+    ) -> Iterator[ObjectInfo]:
         # Walk the tree lazily. Sorting a directory's children by name, with '/'
         # appended to directory names, yields exactly the byte-wise order of full
         # keys, so the walk matches S3's ListObjectsV2 order without sorting all keys.
         base, _, _ = prefix.rpartition("/")
         start_dir = os.path.join(self.root, *base.split("/")) if base else self.root
-        yield from self._walk(start_dir, base + "/" if base else "", prefix, start_after or "")
+        yield from self._walk(start_dir, base + "/" if base else "", prefix, start_after or "", end_before)
 
-    def _walk(self, path: str, key_prefix: str, prefix: str, after: str) -> Iterator[ObjectInfo]:
+    def _walk(self, path: str, key_prefix: str, prefix: str, after: str, before: str | None) -> Iterator[ObjectInfo]:
         try:
             with os.scandir(path) as it:
                 entries = [(e.name + "/" if e.is_dir(follow_symlinks=False) else e.name, e) for e in it]
@@ -143,6 +145,8 @@ class LocalStore(ObjectStore):
         entries.sort(key=lambda pair: pair[0].encode())
         for sort_name, entry in entries:
             key = key_prefix + sort_name
+            if before is not None and key >= before:
+                return  # in key order: this entry and everything after it (and below it) sorts after the bound
             if not key_prefix and sort_name == _TMP_DIR + "/":
                 continue
             if sort_name.endswith("/"):
@@ -152,7 +156,7 @@ class LocalStore(ObjectStore):
                     continue
                 if after and key < after and not after.startswith(key):
                     continue
-                yield from self._walk(entry.path, key, prefix, after)
+                yield from self._walk(entry.path, key, prefix, after, before)
             else:
                 if not key.startswith(prefix) or key <= after:
                     continue

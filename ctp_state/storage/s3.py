@@ -96,7 +96,9 @@ class S3Store(ObjectStore):
                 raise KeyExists(key) from None
             raise self._fail("conditional PUT", key, e) from None
 
-    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+    def list(
+        self, prefix: str = "", start_after: str | None = None, end_before: str | None = None
+    ) -> Iterator[ObjectInfo]:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
         if start_after:
             kwargs["StartAfter"] = self.prefix + start_after
@@ -107,7 +109,10 @@ class S3Store(ObjectStore):
             except self._ClientError as e:
                 raise self._fail("LIST", prefix or "/", e) from None
             for obj in page.get("Contents", ()):
-                yield ObjectInfo(obj["Key"][n:], int(obj["Size"]), obj["LastModified"].timestamp())
+                key = obj["Key"][n:]
+                if end_before is not None and key >= end_before:
+                    return  # S3 has no end bound: the first page past it is the last request
+                yield ObjectInfo(key, int(obj["Size"]), obj["LastModified"].timestamp())
             if not page.get("IsTruncated"):
                 return
             kwargs.pop("StartAfter", None)

@@ -125,9 +125,9 @@ class _CutLogAfterLoss(Wrapped):
         self._cut(k)
         return self.inner.get(k)
 
-    def list(self, prefix="", start_after=None):
+    def list(self, prefix="", start_after=None, end_before=None):
         self._cut(prefix)
-        return self.inner.list(prefix, start_after)
+        return self.inner.list(prefix, start_after, end_before)
 
 
 class _EpochBlip(Wrapped):
@@ -159,9 +159,9 @@ class _EpochBlip(Wrapped):
         self._epoch_read(k)
         return self.inner.get(k)
 
-    def list(self, prefix="", start_after=None):
+    def list(self, prefix="", start_after=None, end_before=None):
         self._epoch_read(prefix)
-        return self.inner.list(prefix, start_after)
+        return self.inner.list(prefix, start_after, end_before)
 
 
 def test_an_epoch_read_failing_between_batches_still_reports_every_record(fstore, tmp_path, monkeypatch):

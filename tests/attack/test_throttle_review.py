@@ -35,8 +35,8 @@ def test_a_long_listing_that_keeps_making_progress_is_not_abandoned(tmp_path):
         store.put(layout.l0_key(3, 1, f"k{i:05d}"), b"x")
 
     class PageThrottle:
-        def list(self, prefix, start_after=None):
-            for i, info in enumerate(store.list(prefix, start_after)):
+        def list(self, prefix, start_after=None, end_before=None):
+            for i, info in enumerate(store.list(prefix, start_after, end_before)):
                 if i == 20:
                     raise StoreError("SlowDown", "SlowDown")
                 yield info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -76,8 +77,41 @@ def test_plan_stops_at_the_first_key_above_m_in_each_prefix(store):
     put_l0(store, [4, 5, 6, 7, 8], spread=0)
     todo, c = plan_l0_deletes(store, 3, now_s=0)
     assert sorted(o.key for o in todo) == sorted(low)
-    assert c.listed == 5  # 4 garbage + the first live key in prefix 000; not the rest
+    assert c.listed == 4  # the garbage alone: the first live epoch comes from the epoch directories
     assert c.skipped_above_m == 1 and (c.min_epoch_seen, c.max_epoch_seen) == (1, 4)
+
+
+class ScandirCount:
+    """Counts the directory entries a file store reads."""
+
+    def __init__(self, monkeypatch):
+        self.dirs: list[str] = []
+        real = os.scandir
+
+        def counting(path="."):
+            self.dirs.append(str(path))
+            return real(path)
+
+        monkeypatch.setattr(os, "scandir", counting)
+
+
+def test_the_gc_listing_never_opens_a_live_epochs_directory(tmp_path, monkeypatch):
+    """Issue: the listing per spread prefix read the whole first live epoch directory
+    (every live object in it) to find the one key above M. Bounded at epoch M + 1, a
+    file store opens the prefix and the garbage epochs' directories only."""
+    from ctp_state.storage import LocalStore
+
+    store = LocalStore(str(tmp_path / "s"), fsync=False)
+    low = put_l0(store, [1, 2], spread=5)
+    live = [layout.l0_key(5, 9, f"live{i}") for i in range(300)]
+    for k in live:
+        store.put(k, b"x")
+    seen = ScandirCount(monkeypatch)
+    todo, c = plan_l0_deletes(store, 3, now_s=0)
+    assert sorted(o.key for o in todo) == sorted(low) and c.listed == 2
+    assert c.skipped_above_m == 1 and c.max_epoch_seen == 9
+    live_dir = os.path.join(store.root, "l0", "005", f"{9:018d}")
+    assert not any(os.path.normpath(d) == live_dir for d in seen.dirs), seen.dirs
 
 
 def test_unparseable_keys_stop_the_run_before_any_delete(store):

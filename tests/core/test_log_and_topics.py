@@ -45,9 +45,9 @@ class CountingStore(ObjectStore):
         self._n("head")
         return self.inner.head(key)
 
-    def list(self, prefix="", start_after=None):
+    def list(self, prefix="", start_after=None, end_before=None):
         self._n("list")
-        return self.inner.list(prefix, start_after)
+        return self.inner.list(prefix, start_after, end_before)
 
     def list_level(self, prefix):
         self._n("list")

@@ -16,8 +16,10 @@ def put_all(store: ObjectStore, names: list[str]) -> None:
         list(pool.map(lambda k: store.put(k, b"x"), names))
 
 
-def keys(store: ObjectStore, prefix: str = "", start_after: str | None = None) -> list[str]:
-    return [o.key for o in store.list(prefix, start_after=start_after)]
+def keys(
+    store: ObjectStore, prefix: str = "", start_after: str | None = None, end_before: str | None = None
+) -> list[str]:
+    return [o.key for o in store.list(prefix, start_after=start_after, end_before=end_before)]
 
 
 def test_put_get_head_roundtrip(store: ObjectStore):
@@ -72,6 +74,24 @@ def test_list_prefix_and_start_after(store: ObjectStore):
     assert keys(store, "p", start_after="p/019") == ["p0"]
     assert keys(store, "", start_after="p0") == ["q/000"]
     assert keys(store, "zzz") == []
+
+
+def test_list_end_before_stops_at_the_bound_across_directories_and_pages(store: ObjectStore):
+    """``end_before`` is exclusive, works with ``start_after``, across directory levels
+    and past one page (1000 keys)."""
+    names = [f"l0/001/{e:018d}/k{i:04d}.l0" for e in (3, 4, 5) for i in range(3)]
+    names += ["l0/001/000000000000000004-x", "l0/002/000000000000000001/a.l0"]
+    put_all(store, names)
+    below = sorted((n for n in names if n.startswith("l0/001/")), key=str.encode)
+    bound = "l0/001/000000000000000005/"
+    assert keys(store, "l0/001/", end_before=bound) == [n for n in below if n < bound]
+    assert keys(store, "l0/001/", start_after=below[1], end_before=bound) == [n for n in below[2:] if n < bound]
+    assert keys(store, "l0/001/", end_before="l0/001/000000000000000004/k0001.l0") == below[:5]
+    assert keys(store, "l0/001/", end_before="l0/001/") == []
+    assert keys(store, "l0/", end_before="l0/002/") == below
+    many = [f"many/{i:06d}" for i in range(MAX_DELETE_BATCH + 150)]
+    put_all(store, many)
+    assert keys(store, "many/", end_before="many/001100") == many[:1100]
 
 
 def test_list_paginates_past_1000_keys(store: ObjectStore):

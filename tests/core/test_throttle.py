@@ -179,9 +179,9 @@ def test_a_listing_interrupted_by_throttles_and_errors_resumes_where_it_stopped(
             super().__init__(inner, capacity=1)
             self.codes, self.calls, self.at = list(codes), [], 3
 
-        def list(self, prefix="", start_after=None):
+        def list(self, prefix="", start_after=None, end_before=None):
             self.calls.append(start_after)
-            for i, info in enumerate(self.inner.list(prefix, start_after)):
+            for i, info in enumerate(self.inner.list(prefix, start_after, end_before)):
                 if i == self.at and self.codes:
                     raise StoreError("boom", self.codes.pop(0))
                 yield info

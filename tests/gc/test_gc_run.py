@@ -173,8 +173,8 @@ def test_a_partition_created_while_the_gc_runs_keeps_its_data(store, gate):
     class CreatingStore(FlakyStore):
         fired = False
 
-        def list(self, prefix="", start_after=None):
-            listed = list(self.inner.list(prefix, start_after))
+        def list(self, prefix="", start_after=None, end_before=None):
+            listed = list(self.inner.list(prefix, start_after, end_before))
             if prefix == "meta/topics/" and not CreatingStore.fired:
                 # After C was read and the topics were listed: this GC never sees it.
                 CreatingStore.fired = True
@@ -341,11 +341,11 @@ class EndpointDown(FlakyStore):
         self._check(f"writing {k}")
         return self.inner.put_if_absent(k, d)
 
-    def list(self, prefix="", start_after=None):
+    def list(self, prefix="", start_after=None, end_before=None):
         if prefix.startswith(layout.L0_ROOT):
             self.down = True
         self._check(f"listing {prefix}")
-        return self.inner.list(prefix, start_after)
+        return self.inner.list(prefix, start_after, end_before)
 
     def list_level(self, prefix):
         if prefix.startswith(layout.L0_ROOT):
