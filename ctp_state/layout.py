@@ -36,7 +36,7 @@ GC_HISTORY = "gc/history/"
 GC_PARTITIONS = "gc/partitions/"
 GC_DELETES = "gc/deleted/"
 REPORTS = "reports/gc/"
-_SEQ_RE = re.compile(r"(\d{20})\.json")
+_SEQ_RE = re.compile(r"([0-9]{20})\.json")
 
 
 def sequence_key(prefix: str, seq: int) -> str:
@@ -74,7 +74,7 @@ def epoch_marker(epoch: int) -> str:
     return f"{EPOCH_MARKERS}{_epoch18(epoch)}"
 
 
-_MARKER_RE = re.compile(r"cluster/epoch/markers/(\d{18})")
+_MARKER_RE = re.compile(r"cluster/epoch/markers/([0-9]{18})")
 
 
 def parse_epoch_marker(key: str) -> int:
@@ -100,7 +100,7 @@ def log_entry(topic: str, partition: int, offset: int) -> str:
     return f"{log_prefix(topic, partition)}{offset:020d}.json"
 
 
-_ENTRY_RE = re.compile(r"(\d{20})\.json")
+_ENTRY_RE = re.compile(r"([0-9]{20})\.json")
 
 
 def log_offset_of(key: str, prefix: str) -> int:
@@ -118,6 +118,12 @@ def l0_key(spread: int, epoch: int, unique: str) -> str:
     return f"{L0_ROOT}{spread:03d}/{_epoch18(epoch)}/{unique}.l0"
 
 
+def is_spread_prefix(prefix: str) -> bool:
+    """Whether ``prefix`` is ``l0/<3 ASCII digits>/`` (the names ctp writes)."""
+    name = prefix[len(L0_ROOT) : -1] if prefix.startswith(L0_ROOT) and prefix.endswith("/") else ""
+    return len(name) == 3 and name.isascii() and name.isdigit()
+
+
 def l0_epoch_prefix(spread_prefix: str, epoch: int) -> str:
     """Where epoch ``epoch``'s keys start under ``spread_prefix`` (``l0/<spread>/``):
     every key of a lower epoch sorts before it, every key of this or a higher epoch
@@ -125,7 +131,7 @@ def l0_epoch_prefix(spread_prefix: str, epoch: int) -> str:
     return f"{spread_prefix}{_epoch18(epoch)}/"
 
 
-_L0_RE = re.compile(r"l0/(\d{3})/(\d{18})/([0-9A-Za-z_-]+)\.l0")
+_L0_RE = re.compile(r"l0/([0-9]{3})/([0-9]{18})/([0-9A-Za-z_-]+)\.l0")  # ASCII digits: \d takes any Unicode digit
 
 
 def parse_l0_key(key: str) -> tuple[int, int]:
@@ -151,7 +157,7 @@ def l1_after(topic: str, partition: int, offset: int) -> str:
     return f"{l1_partition_prefix(topic, partition)}{offset:020d}-99999999999999999999"
 
 
-_L1_RE = re.compile(r"l1/([A-Za-z0-9._-]{1,249})/(\d{6})/(\d{20})-(\d{20})\.parquet")
+_L1_RE = re.compile(r"l1/([A-Za-z0-9._-]{1,249})/([0-9]{6})/([0-9]{20})-([0-9]{20})\.parquet")
 
 
 def parse_l1_key(key: str) -> tuple[str, int, int, int]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ctp_state import codec, layout, validate
@@ -84,6 +85,7 @@ def create_topic(
     *,
     exist_ok: bool = False,
     on_repair: Callable[[int, str], None] | None = None,
+    threads: int = 16,
 ) -> Topic:
     """Create ``name`` with ``partitions`` partitions, or finish a crashed creation
     (and repair logs an older ctp damaged; ``on_repair(partition, what)`` hears of each)."""
@@ -102,15 +104,24 @@ def create_topic(
         resumed = True
     # Read C only now that the topic is visible (R4; see the module docstring).
     epoch = ClusterEpoch(store).current()
-    missing = 0
-    for p in range(partitions):
+    body = encode(Init(epoch))
+
+    def init(p: int) -> bool:
+        """Write partition ``p``'s init entry; True if it was missing (or repaired)."""
         entry0 = layout.log_entry(name, p, 0)
         try:
-            store.put_if_absent(entry0, encode(Init(epoch)))
-            missing += 1
+            store.put_if_absent(entry0, body)
+            return True
         except KeyExists:
-            if resumed and _repair(store, name, p, entry0, on_repair):
-                missing += 1
+            return resumed and _repair(store, name, p, entry0, on_repair)
+
+    # Each init is one create-if-absent: independent, so many go at once (a topic of
+    # 100k partitions is 100k round trips, or fsyncs on a file store).
+    if partitions == 1:
+        missing = int(init(0))
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, partitions))) as pool:
+            missing = sum(pool.map(init, range(partitions), chunksize=64))
     if resumed and not missing and not exist_ok:
         raise TopicExists(name, topic.partitions)
     return topic

@@ -27,6 +27,7 @@ from ctp_state import crashpoints, layout
 from ctp_state.errors import CorruptData, ObjectNotFound, StoreError
 from ctp_state.storage import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, ObjectStore
 from ctp_state.throttle import Aimd, Ticket, is_throttle
+from ctp_state.validate import MAX_EPOCH
 
 
 @dataclass
@@ -103,7 +104,8 @@ def scan_prefix(
     lister = lister or store
     scan = Scan()
     last: str | None = None
-    bound = layout.l0_epoch_prefix(prefix, m + 1)
+    # Keys of epoch M + 1 and above sort at or after this (none when M is the last epoch)
+    bound = layout.l0_epoch_prefix(prefix, m + 1) if m < MAX_EPOCH else None
     errors = throttles = 0  # failures since the listing last made progress
     failed_at: str | None = None
     while True:
@@ -194,6 +196,14 @@ def plan_l0_deletes(
     prefixes, stray = store.list_level(layout.L0_ROOT)
     if stray:
         raise CorruptData(stray[0].key, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0")
+    # The bounded listings below never read a live epoch: a spread directory whose name
+    # does not parse must be caught here, whatever epochs it holds.
+    for p in prefixes:
+        if not layout.is_spread_prefix(p):
+            first = next(iter(store.list(p)), None)
+            raise CorruptData(
+                first.key if first else p, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0"
+            )
     limiter = Aimd(1)
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(prefixes) or 1))) as pool:
         scans = list(pool.map(lambda p: scan_prefix(store, p, m, lister=bulk, limiter=limiter), prefixes))
@@ -262,8 +272,11 @@ def delete_objects(
     keys go back in the queue (up to ``throttle_attempts`` times); keys failing
     otherwise are retried with exponential backoff up to ``max_attempts`` attempts; what
     still fails is counted in ``delete_errors`` and ``failed_keys``, never ignored.
+    A store that gains nothing from parallel batches (a file store,
+    :attr:`ObjectStore.delete_concurrency`) gets fewer in flight.
     """
     c = counters or GcCounters()
+    in_flight = max(1, min(in_flight, store.delete_concurrency))
     sizes = {o.key: o.size for o in objects}
     ordered = sorted(sizes, key=spread_of)  # stable: keeps listing order inside a prefix
     queue: deque[_Job] = deque(

@@ -53,6 +53,10 @@ class ObjectStore(ABC):
     """A key-value object store with atomic create. Thread-safe."""
 
     url: str  # redacted: never carries credentials
+    #: Delete batches worth having in flight at once. Over a network, batches in flight
+    #: overlap round trips; a file store's unlinks are system calls on local cores, and
+    #: threads only contend for them (and the GIL).
+    delete_concurrency: int = 64
 
     @abstractmethod
     def get(self, key: str) -> bytes:

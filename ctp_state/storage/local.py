@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from urllib.parse import ParseResult
 
-from ctp_state.errors import ConfigError, KeyExists, ObjectNotFound, StoreError, StoreNotFound
+from ctp_state.errors import ConfigError, CorruptData, KeyExists, ObjectNotFound, StoreError, StoreNotFound
 from ctp_state.storage.base import DeleteResult, ObjectInfo, ObjectStore, check_key
 from ctp_state.storage.settings import redact_url
 
@@ -22,6 +22,8 @@ class LocalStore(ObjectStore):
     """A store in a local directory. Atomic create is ``link(2)`` of a fully written,
     fsynced temporary file: it fails with EEXIST if the key exists, and a reader never
     sees a partial object. Works on any POSIX filesystem, including NFS."""
+
+    delete_concurrency = 1  # see ObjectStore.delete_concurrency
 
     def __init__(self, root: str, *, fsync: bool = True, create: bool = True):
         if not os.path.isabs(root):
@@ -139,7 +141,9 @@ class LocalStore(ObjectStore):
     def _walk(self, path: str, key_prefix: str, prefix: str, after: str, before: str | None) -> Iterator[ObjectInfo]:
         try:
             with os.scandir(path) as it:
-                entries = [(e.name + "/" if e.is_dir(follow_symlinks=False) else e.name, e) for e in it]
+                entries = [
+                    (_utf8(key_prefix, e.name) + ("/" if e.is_dir(follow_symlinks=False) else ""), e) for e in it
+                ]
         except (FileNotFoundError, NotADirectoryError):
             return
         entries.sort(key=lambda pair: pair[0].encode())
@@ -175,6 +179,7 @@ class LocalStore(ObjectStore):
         try:
             with os.scandir(path) as it:
                 for e in it:
+                    _utf8(prefix, e.name)
                     if e.is_dir(follow_symlinks=False):
                         if prefix or e.name != _TMP_DIR:
                             dirs.append(prefix + e.name + "/")
@@ -188,6 +193,7 @@ class LocalStore(ObjectStore):
     def _delete_batch(self, keys: builtins.list[str]) -> DeleteResult:
         deleted: builtins.list[str] = []
         errors: dict[str, str] = {}
+        parents: set[str] = set()
         for key in keys:
             path = self._path(key)
             try:
@@ -198,7 +204,11 @@ class LocalStore(ObjectStore):
                 errors[key] = e.strerror or type(e).__name__
                 continue
             deleted.append(key)
-            self._prune_dirs(os.path.dirname(path))
+            parents.add(os.path.dirname(path))
+        # Empty directories go once per batch, deepest first: a batch of one epoch's keys
+        # tries one rmdir, not one per key.
+        for parent in sorted(parents, key=lambda p: p.count(os.sep), reverse=True):
+            self._prune_dirs(parent)
         return DeleteResult(tuple(deleted), errors)
 
     def sweep_temporary(self, older_than_s: float, now_s: float | None = None) -> int:
@@ -231,6 +241,18 @@ class LocalStore(ObjectStore):
                     return
                 raise
             path = os.path.dirname(path)
+
+
+def _utf8(key_prefix: str, name: str) -> str:
+    """``name`` if it is valid UTF-8 (every key ctp writes is); a file name that is not
+    (a stray file) is :class:`CorruptData` naming it, not an encoding error deep in a
+    listing."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        shown = (key_prefix + name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise CorruptData(shown, "file name in the store is not valid UTF-8 (not a key ctp writes)") from None
+    return name
 
 
 def open_local(parsed: ParseResult, url: str, env: Mapping[str, str], create: bool = True) -> LocalStore:
