@@ -233,28 +233,37 @@ def bench_growth_s3(server, lives: list[int], garbage: int) -> list[dict]:
     return out
 
 
-def bench_delete(store_of, n: int, label: str) -> dict:
-    res = {}
-    for mode in ("raw", "ctp"):
-        store = store_of()
-        keys = [layout.l0_key(i % SPREAD, 1, f"d{i}") for i in range(n)]
-        _fill(store, keys)
-        t0 = time.perf_counter()
-        if mode == "raw":
-            deleted = 0
-            for i in range(0, n, 1000):
-                deleted += len(store._delete_batch(keys[i : i + 1000]).deleted)
-        else:
-            bulk = store.bulk()  # as the GC deletes: its own pacing, no retries underneath
-            todo, c = plan_l0_deletes(store, 1, now_s=time.time(), bulk=bulk)
-            t0 = time.perf_counter()  # the deleter alone, as the raw loop is
-            deleted = delete_objects(bulk, todo, counters=c).deleted
-            if bulk is not store:
-                bulk.close()
-        took = time.perf_counter() - t0
-        assert deleted == n, (mode, deleted)
-        res[f"{mode}_objects_per_s"] = round(n / took)
+def bench_delete(store_of, n: int, label: str, repeat: int = 3) -> dict:
+    """ctp's deleter against the store's raw batched delete, each on a freshly filled
+    store (synced first: unlinking files still in the page cache is another, cheaper
+    operation), in alternating order, ``repeat`` times; medians and the median of the
+    paired ratios."""
+    runs: dict[str, list[float]] = {"raw": [], "ctp": []}
+    for rep in range(repeat):
+        for mode in ("raw", "ctp") if rep % 2 == 0 else ("ctp", "raw"):
+            store = store_of()
+            keys = [layout.l0_key(i % SPREAD, 1, f"d{i}") for i in range(n)]
+            _fill(store, keys)
+            os.sync()
+            if mode == "raw":
+                t0 = time.perf_counter()
+                deleted = 0
+                for i in range(0, n, 1000):
+                    deleted += len(store._delete_batch(keys[i : i + 1000]).deleted)
+            else:
+                bulk = store.bulk()  # as the GC deletes: its own pacing, no retries underneath
+                todo, c = plan_l0_deletes(store, 1, now_s=time.time(), bulk=bulk)
+                t0 = time.perf_counter()  # the deleter alone, as the raw loop is
+                deleted = delete_objects(bulk, todo, counters=c).deleted
+                if bulk is not store:
+                    bulk.close()
+            took = time.perf_counter() - t0
+            assert deleted == n, (mode, deleted)
+            runs[mode].append(n / took)
+    res = {f"{m}_objects_per_s": round(statistics.median(v)) for m, v in runs.items()}
+    res["runs_objects_per_s"] = {m: [round(x) for x in v] for m, v in runs.items()}
     res["ratio_ctp_over_raw"] = round(res["ctp_objects_per_s"] / res["raw_objects_per_s"], 2)
+    res["ratio_paired_median"] = round(statistics.median(c / r for c, r in zip(runs["ctp"], runs["raw"])), 2)
     return {"store": label, "objects": n, **res}
 
 

@@ -9,9 +9,9 @@ in its own process, timed, with that process's peak RSS:
   topic is 100,000);
 - m: C and every partition's state from its log, M and who holds it back (what the GC
   reads first);
-- reconcile: one reconcile run after an epoch advance, nothing to lift: every partition
-  is idle and caught up, so R6 advances each (one claim, one advance, one release
-  entry a partition);
+- reconcile: one reconcile run after C advanced by the idle lag, nothing to lift: every
+  partition is idle and trails C, so R6 advances each (one claim, one advance, one
+  release entry a partition);
 - gc: one whole GC run behind the Great Expectations gate (dry run: the store has no L0
   objects), including the history record and the partition view.
 
@@ -41,7 +41,7 @@ def phase(name: str, root: str, partitions: int, topic_size: int) -> dict:
     from ctp_state.epoch import ClusterEpoch
     from ctp_state.gc import compute_m, gather, run_gc
     from ctp_state.reconcile import run_reconcile
-    from ctp_state.settings import GcSettings
+    from ctp_state.settings import GcSettings, ReconcileSettings
     from ctp_state.storage import LocalStore
     from ctp_state.topics import create_topic
 
@@ -56,7 +56,8 @@ def phase(name: str, root: str, partitions: int, topic_size: int) -> dict:
         d = compute_m(c, views, now_ms=int(time.time() * 1000))  # type: ignore[arg-type]
         out.update(m=d.m, held_by=len(d.held_by), partitions_read=len(views))
     elif name == "reconcile":
-        ClusterEpoch(store).advance()
+        for _ in range(ReconcileSettings().idle_lag):  # every partition now trails C enough for R6
+            ClusterEpoch(store).advance()
         s = run_reconcile(store)
         out.update(advanced=s.partitions_advanced, reconciled=s.partitions_reconciled, ok=s.ok)
     elif name == "gc":

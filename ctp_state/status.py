@@ -37,7 +37,10 @@ def read_partition_states(
     """The current state of each (topic, partition), in the order given."""
     if not partitions:
         return []
-    with ThreadPoolExecutor(max_workers=min(threads, len(partitions))) as pool:
+    threads = min(threads, store.read_concurrency, len(partitions))
+    if threads <= 1:  # a pool's per-task cost is a third of a state read on a file store
+        return [PartitionLog(store, *job).read_state() for job in partitions]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(lambda job: PartitionLog(store, *job).read_state(), partitions))
 
 
@@ -58,8 +61,12 @@ def try_read_partition_states(
 
     if not partitions:
         return [], []
-    with ThreadPoolExecutor(max_workers=min(threads, len(partitions))) as pool:
-        got = list(pool.map(one, partitions))
+    threads = min(threads, store.read_concurrency, len(partitions))
+    if threads <= 1:
+        got = [one(job) for job in partitions]
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            got = list(pool.map(one, partitions, chunksize=16))
     problems = [(t, p, r) for (t, p), r in zip(partitions, got) if isinstance(r, str)]
     return [None if isinstance(r, str) else r for r in got], problems
 

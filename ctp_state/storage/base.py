@@ -53,10 +53,13 @@ class ObjectStore(ABC):
     """A key-value object store with atomic create. Thread-safe."""
 
     url: str  # redacted: never carries credentials
-    #: Delete batches worth having in flight at once. Over a network, batches in flight
-    #: overlap round trips; a file store's unlinks are system calls on local cores, and
-    #: threads only contend for them (and the GIL).
+    #: Delete batches, and reads of many small objects (partition states), worth having
+    #: in flight at once. Over a network requests in flight overlap round trips; a file
+    #: store's are system calls on local cores, where threads only contend for them and
+    #: for the GIL (measured: reading 5,000 partition states took 1.1 s in a loop, 1.8 s
+    #: through one pool thread, 2.8 s through 32).
     delete_concurrency: int = 64
+    read_concurrency: int = 64
 
     @abstractmethod
     def get(self, key: str) -> bytes:

@@ -24,6 +24,7 @@ class LocalStore(ObjectStore):
     sees a partial object. Works on any POSIX filesystem, including NFS."""
 
     delete_concurrency = 1  # see ObjectStore.delete_concurrency
+    read_concurrency = 1
 
     def __init__(self, root: str, *, fsync: bool = True, create: bool = True):
         if not os.path.isabs(root):
