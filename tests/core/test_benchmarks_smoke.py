@@ -1,0 +1,48 @@
+"""The scale benchmarks, run small: they still work, print the JSON the README's tables
+come from, and what they count (not what they time) holds — the GC reads the same
+directories whatever the live data, every phase of the scale run completes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _bench(*args: str, timeout: int = 300) -> dict:
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env={**os.environ, "CTP_FSYNC": "0"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_gc_growth_reads_the_same_directories_whatever_the_live_objects():
+    out = _bench("benchmarks/bench_gc.py", "--only", "growth", "--live", "20,400", "--garbage", "30")
+    small, large = out["growth"]
+    assert (small["live"], large["live"]) == (20, 400)
+    assert small["listed"] == large["listed"] == 30  # the garbage alone is listed
+    assert (small["dirs_read"], small["dir_entries_read"]) == (large["dirs_read"], large["dir_entries_read"])
+    assert large["vacuum_full_s"] > 0 and large["ratio_vacuum_over_ctp_l0"] > 0
+
+
+@pytest.mark.slow
+def test_the_scale_run_completes_every_phase():
+    out = _bench("benchmarks/bench_scale.py", "--partitions", "30,60", "--topic-size", "25")
+    small, large = out["scale"]
+    assert large["m"]["partitions_read"] == 60 and large["reconcile"]["advanced"] == 60
+    assert large["gc"]["status"] == "dry_run" and large["gc"]["m"] == large["gc"]["cluster_epoch"] - 1
+    assert all(large[p]["peak_rss_mib"] > 0 for p in ("create", "m", "reconcile", "gc"))
+    assert set(out["per_partition_growth"]["30->60"]) == {"create", "m", "reconcile", "gc"}
