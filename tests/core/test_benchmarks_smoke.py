@@ -42,6 +42,7 @@ def test_gc_growth_reads_the_same_directories_whatever_the_live_objects():
 def test_the_scale_run_completes_every_phase():
     out = _bench("benchmarks/bench_scale.py", "--partitions", "30,60", "--topic-size", "25")
     small, large = out["scale"]
+    assert small["m"]["partitions_read"] == 30
     assert large["m"]["partitions_read"] == 60 and large["reconcile"]["advanced"] == 60
     assert large["gc"]["status"] == "dry_run" and large["gc"]["m"] == large["gc"]["cluster_epoch"] - 1
     assert all(large[p]["peak_rss_mib"] > 0 for p in ("create", "m", "reconcile", "gc"))
