@@ -37,7 +37,7 @@ def read_partition_states(
     """The current state of each (topic, partition), in the order given."""
     if not partitions:
         return []
-    threads = min(threads, store.read_concurrency, len(partitions))
+    threads = min(threads, getattr(store, "read_concurrency", threads), len(partitions))
     if threads <= 1:  # a pool's per-task cost is a third of a state read on a file store
         return [PartitionLog(store, *job).read_state() for job in partitions]
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -61,7 +61,7 @@ def try_read_partition_states(
 
     if not partitions:
         return [], []
-    threads = min(threads, store.read_concurrency, len(partitions))
+    threads = min(threads, getattr(store, "read_concurrency", threads), len(partitions))
     if threads <= 1:
         got = [one(job) for job in partitions]
     else:

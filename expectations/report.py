@@ -247,6 +247,14 @@ class _Frame:
 PAD = (60, 70, 28, 30)  # left, right, top, bottom
 
 
+def _axes(f: _Frame, t0: int, t1: int, ticks: list[float]) -> dict[str, list[dict[str, Any]]]:
+    """The time ticks along x and the value ticks along y of a chart in frame ``f``."""
+    return {
+        "x_ticks": [{"pos": f.x(t), "label": label} for t, label in _time_ticks(t0, t1)],
+        "y_ticks": [{"pos": f.y(v), "label": f"{v:g}"} for v in ticks],
+    }
+
+
 def m_chart(records: Sequence[GcRecord], width: int = 960, height: int = 260) -> Chart | None:
     """M and C against run start time, with labelled epoch ticks."""
     pts = [r for r in records if r.m is not None and r.started_ms]
@@ -281,8 +289,7 @@ def m_chart(records: Sequence[GcRecord], width: int = 960, height: int = 260) ->
         width,
         height,
         *PAD,
-        x_ticks=[{"pos": f.x(t), "label": label} for t, label in _time_ticks(t0, t1)],
-        y_ticks=[{"pos": f.y(v), "label": f"{v:g}"} for v in ticks],
+        **_axes(f, t0, t1, ticks),
         y_title="epoch",
         series=[
             series("C", "#868e96", True, lambda r: r.cluster_epoch, pts),
@@ -334,8 +341,7 @@ def delete_chart(records: Sequence[GcRecord], width: int = 960, height: int = 22
         width,
         height,
         *PAD,
-        x_ticks=[{"pos": f.x(t), "label": label} for t, label in _time_ticks(t0, t1)],
-        y_ticks=[{"pos": f.y(v), "label": f"{v:g}"} for v in ticks],
+        **_axes(f, t0, t1, ticks),
         y_title="objects",
         y2_ticks=[{"pos": f.y(v, bticks[0], bticks[-1]), "label": _bytes(int(v))} for v in bticks],
         y2_title="bytes",

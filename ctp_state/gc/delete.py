@@ -276,7 +276,7 @@ def delete_objects(
     :attr:`ObjectStore.delete_concurrency`) gets fewer in flight.
     """
     c = counters or GcCounters()
-    in_flight = max(1, min(in_flight, store.delete_concurrency))
+    in_flight = max(1, min(in_flight, getattr(store, "delete_concurrency", in_flight)))
     sizes = {o.key: o.size for o in objects}
     ordered = sorted(sizes, key=spread_of)  # stable: keeps listing order inside a prefix
     queue: deque[_Job] = deque(
