@@ -17,6 +17,7 @@ from ctp_state.errors import CorruptData, GateFailed, StoreError
 from ctp_state.gc import l1 as gc_l1
 from ctp_state.gc import prepare, run_gc
 from ctp_state.gc.history import GcHistory
+from ctp_state.gc.run import GateResult
 from ctp_state.l0 import Record
 from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
@@ -147,6 +148,70 @@ def test_a_lower_bound_decrease_fails_the_partition_state_suite(store, gate):
     with pytest.raises(GateFailed, match="partition_state"):
         run_gc(store, gate=gate)
     assert l0_keys(store) == before
+
+
+def test_a_gate_failed_runs_view_is_never_the_reference(store, gate):
+    """R9/I3: a run the gate refused keeps its partition view for the report, but the
+    next run checks lower bounds against the newest *passing* run. Were the refused
+    view the reference, a view it read from damaged state (here: lower bounds raised
+    by 10) would fail every later run on a "decrease" and wedge the GC for good."""
+    reconciled(store)
+    first = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
+    h = GcHistory(store)
+    first_lb = {(r.topic, r.partition): r.min_epoch_lower_bound for r in h.read_partitions(first.partitions_key)}
+    ce = ClusterEpoch(store)
+    ce.advance()
+    ce.advance()
+    run_reconcile(store)  # R6: every idle partition's lower bound moves up
+
+    refused = GateResult(False, ["refused for the test"])
+    with pytest.raises(GateFailed, match="refused for the test"):
+        run_gc(store, gate=lambda frames: refused)
+    failed = h.tail(1)[0]
+    assert failed.status == "gate_failed" and failed.partitions_key  # its view is on record
+    view = h.read_partition_table(failed.partitions_key)
+    now_lb = dict(
+        zip(
+            zip(view.column("topic").to_pylist(), view.column("partition").to_pylist()),
+            view.column("min_epoch_lower_bound").to_pylist(),
+            strict=True,
+        )
+    )
+    assert all(now_lb[k] > first_lb[k] for k in first_lb)  # the two views differ
+    # What the refused run saw was damaged: raise its bounds beyond anything real.
+    store.put(
+        failed.partitions_key,
+        _parquet(
+            view.set_column(
+                view.schema.get_field_index("min_epoch_lower_bound"),
+                "min_epoch_lower_bound",
+                [[v + 10 for v in view.column("min_epoch_lower_bound").to_pylist()]],
+            )
+        ),
+    )
+
+    p = prepare(store)
+    state = p.frames["partition_state"]
+    previous = dict(
+        zip(
+            zip(state.column("topic").to_pylist(), state.column("partition").to_pylist()),
+            state.column("previous_min_epoch_lower_bound").to_pylist(),
+            strict=True,
+        )
+    )
+    assert previous == first_lb
+    rec = run_gc(store, gate=gate)
+    assert rec.status == "ok" and rec.deleted > 0
+
+
+def _parquet(table: pa.Table) -> bytes:
+    import io
+
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
 
 
 def test_a_damaged_l1_file_fails_the_l1_suite(store, gate):
