@@ -11,7 +11,8 @@ in its own process, timed, with that process's peak RSS:
   reads first);
 - reconcile: one reconcile run after C advanced by the idle lag, nothing to lift: every
   partition is idle and trails C, so R6 advances each (one claim, one advance, one
-  release entry a partition);
+  release entry a partition) and a snapshot at the log end of each;
+- m_after: M again, as every GC after a reconcile reads it;
 - gc: one whole GC run behind the Great Expectations gate (dry run: the store has no L0
   objects), including the history record and the partition view.
 
@@ -33,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-PHASES = ("create", "m", "reconcile", "gc")
+PHASES = ("create", "m", "reconcile", "m_after", "gc")
 
 
 def phase(name: str, root: str, partitions: int, topic_size: int) -> dict:
@@ -51,7 +52,7 @@ def phase(name: str, root: str, partitions: int, topic_size: int) -> dict:
     if name == "create":
         for t in range(0, partitions, topic_size):
             create_topic(store, f"t{t // topic_size}", min(topic_size, partitions - t))
-    elif name == "m":
+    elif name in ("m", "m_after"):
         c, views = gather(store)
         d = compute_m(c, views, now_ms=int(time.time() * 1000))  # type: ignore[arg-type]
         out.update(m=d.m, held_by=len(d.held_by), partitions_read=len(views))

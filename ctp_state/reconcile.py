@@ -24,6 +24,7 @@ quarantined: nothing is committed for it and its M(p) stays where it was.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -45,6 +46,8 @@ from ctp_state.records import PartitionReport, ReconcileSummary
 from ctp_state.settings import ReconcileSettings
 from ctp_state.status import facts, reconcile_summaries, select_topics, try_read_partition_states
 from ctp_state.storage import ObjectStore
+
+logger = logging.getLogger(__name__)
 
 
 def needs_work(s: sm.PartitionState, cluster_epoch: int, idle_lag: int) -> bool:
@@ -206,6 +209,17 @@ def run_reconcile(
     return reconcile_summaries(store).append(lambda seq: summary)
 
 
+def _snapshot(log: PartitionLog, st: sm.PartitionState) -> None:
+    """Leave a snapshot at the log end the run reached, so every reader after it (the
+    GC's M over all partitions above all) replays no tail: an idle advance alone adds
+    three entries (claim, advance, release) a run. One PUT a claimed partition; best
+    effort, as every snapshot (a cache of the log: a reader without it replays more)."""
+    try:
+        log.write_snapshot(st)
+    except (CtpError, OSError) as e:
+        logger.warning("could not snapshot %s/%d after the run: %s", st.topic, st.partition, e)
+
+
 def _release_if_held(log: PartitionLog, owner: str) -> None:
     """Best effort: release every claim ``owner`` holds on ``log``'s partition."""
     try:
@@ -296,6 +310,8 @@ def _build_and_commit(
                 released.add((st.topic, st.partition))
             except CtpError:
                 pass  # released by the run's own finally, or the lease runs out
+            else:
+                _snapshot(log, st)
             reports.observe(st)
             with done_lock:
                 done[0] += 1

@@ -45,5 +45,6 @@ def test_the_scale_run_completes_every_phase():
     assert small["m"]["partitions_read"] == 30
     assert large["m"]["partitions_read"] == 60 and large["reconcile"]["advanced"] == 60
     assert large["gc"]["status"] == "dry_run" and large["gc"]["m"] == large["gc"]["cluster_epoch"] - 1
-    assert all(large[p]["peak_rss_mib"] > 0 for p in ("create", "m", "reconcile", "gc"))
-    assert set(out["per_partition_growth"]["30->60"]) == {"create", "m", "reconcile", "gc"}
+    assert large["m_after"]["m"] == large["gc"]["m"] and large["m_after"]["partitions_read"] == 60
+    assert all(large[p]["peak_rss_mib"] > 0 for p in ("create", "m", "reconcile", "m_after", "gc"))
+    assert set(out["per_partition_growth"]["30->60"]) == {"create", "m", "reconcile", "m_after", "gc"}

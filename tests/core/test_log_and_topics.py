@@ -166,3 +166,26 @@ def test_lost_response_retry_does_not_duplicate_the_entry(store):
     appended = log.append(s, lambda _s: entry)  # the retry finds its own bytes there
     assert appended.offset == 1 and appended.outcome.accepted
     assert [o for o, _ in log.entries()] == [0, 1]
+
+
+def test_a_reconcile_leaves_a_snapshot_at_the_log_end_of_every_partition_it_claimed(store):
+    """Readers (the GC's M over every partition) replay no tail after a reconcile run:
+    it snapshots the state it holds after its release. Without that, each idle advance
+    (claim, advance, release) grows every partition's tail by three entries up to
+    ``snapshot_every`` and M at 100k partitions replays millions of entries."""
+    from ctp_state.reconcile import run_reconcile
+    from ctp_state.settings import ReconcileSettings
+
+    create_topic(store, "t", 4)
+    for _ in range(ReconcileSettings().idle_lag):
+        ClusterEpoch(store).advance()
+    s = run_reconcile(store)
+    assert s.partitions_advanced == 4
+    for p in range(4):
+        log = PartitionLog(store, "t", p, write_snapshots=False)
+        end = max(layout.log_offset_of(o.key, log.prefix) for o in store.list(log.prefix))
+        assert end == 3  # init, claim, advance, release
+        counting = CountingStore(store)
+        PartitionLog(counting, "t", p, write_snapshots=False).read_state()
+        assert log.read_snapshot().applied_offset == end
+        assert counting.counts == {"get": 1, "list": 1}  # the snapshot, and a listing with no tail
