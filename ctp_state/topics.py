@@ -85,10 +85,13 @@ def create_topic(
     *,
     exist_ok: bool = False,
     on_repair: Callable[[int, str], None] | None = None,
+    on_progress: Callable[[int, int], None] = lambda done, total: None,
     threads: int = 16,
 ) -> Topic:
     """Create ``name`` with ``partitions`` partitions, or finish a crashed creation
-    (and repair logs an older ctp damaged; ``on_repair(partition, what)`` hears of each)."""
+    (and repair logs an older ctp damaged; ``on_repair(partition, what)`` hears of each,
+    from the thread that wrote that partition's init). ``on_progress(done, total)`` is
+    called from this thread as the partitions' inits land, every 1,000 and at the end."""
     validate.topic_name(name)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
         raise ConfigError(f"partition count must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}")
@@ -117,11 +120,17 @@ def create_topic(
 
     # Each init is one create-if-absent: independent, so many go at once (a topic of
     # 100k partitions is 100k round trips, or fsyncs on a file store).
+    on_progress(0, partitions)
+    missing = 0
     if partitions == 1:
         missing = int(init(0))
     else:
         with ThreadPoolExecutor(max_workers=max(1, min(threads, partitions))) as pool:
-            missing = sum(pool.map(init, range(partitions), chunksize=64))
+            for done, wrote in enumerate(pool.map(init, range(partitions), chunksize=64), 1):
+                missing += wrote
+                if done % 1000 == 0:
+                    on_progress(done, partitions)
+    on_progress(partitions, partitions)
     if resumed and not missing and not exist_ok:
         raise TopicExists(name, topic.partitions)
     return topic

@@ -212,14 +212,18 @@ def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, 
     """Create topic NAME (or finish a crashed creation)."""
     from ctp_state.topics import create_topic
 
-    repaired: list[dict[str, Any]] = []
-    t = create_topic(
-        store,
-        name,
-        partitions,
-        exist_ok=exist_ok,
-        on_repair=lambda p, what: repaired.append({"partition": p, "repair": what}),
-    )
+    repaired: list[dict[str, Any]] = []  # appended to from create_topic's pool threads
+    with _progress() as progress:
+        task = progress.add_task("writing partition inits", total=partitions)
+        t = create_topic(
+            store,
+            name,
+            partitions,
+            exist_ok=exist_ok,
+            on_repair=lambda p, what: repaired.append({"partition": p, "repair": what}),
+            on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    repaired.sort(key=lambda r: int(r["partition"]))
     lines = [f"repaired {t.name}/{r['partition']}: {r['repair']}" for r in repaired]
     emit(
         as_json,

@@ -189,3 +189,10 @@ def test_a_reconcile_leaves_a_snapshot_at_the_log_end_of_every_partition_it_clai
         PartitionLog(counting, "t", p, write_snapshots=False).read_state()
         assert log.read_snapshot().applied_offset == end
         assert counting.counts == {"get": 1, "list": 1}  # the snapshot, and a listing with no tail
+
+
+def test_topic_create_reports_progress_as_the_inits_land(store):
+    seen: list[tuple[int, int]] = []
+    create_topic(store, "big", 1001, on_progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(0, 1001), (1000, 1001), (1001, 1001)]
+    assert len(list(store.list(layout.log_prefix("big", 1000)))) == 1  # the last init is there
