@@ -7,7 +7,8 @@
     gc/partitions/<seq:020d>-<run id>.parquet  that run's view of every partition (M(p), lower
                                       bounds, lag, status, the L1 sweep's watermarks)
     gc/deleted/<seq:020d>-<run id>.parquet     every key that run deleted (a dry run: would
-                                      delete), with its epoch, size and outcome
+                                      delete; a run that failed part way: planned), with
+                                      its epoch, size and outcome
 
 A record is written once with create-if-absent (a :class:`~ctp_state.sequence.DenseSequence`
 of sealed records), so two GC runs can never both own a seq, nothing rewrites a
@@ -68,7 +69,7 @@ DELETES_SCHEMA = pa.schema(
         ("kind", pa.string()),  # "l0" or "l1_orphan"
         ("epoch", pa.int64()),  # the L0 key's epoch (null for L1)
         ("size", pa.int64()),
-        ("outcome", pa.string()),  # "deleted", "failed" (still failing after retries), "would_delete"
+        ("outcome", pa.string()),  # deleted, failed (after retries), would_delete, unknown (the run failed)
     ]
 )
 

@@ -46,7 +46,7 @@ from ctp_state.gc.m import Holdback, MDecision, PartitionStatus, compute_m, part
 from ctp_state.gc.tables import deletes_table, history_table, partition_view_table, state_table
 from ctp_state.records import GateInfo, GcAlert, GcPartitionView, GcRecord, HeldBy, HistorySkip
 from ctp_state.settings import GcSettings
-from ctp_state.storage import ObjectStore
+from ctp_state.storage import ObjectInfo, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -382,6 +382,8 @@ def run_gc(
         "l1_full_sweep_ms": p.last_full_sweep_ms,
     }
     bulk = store.bulk()  # listing and deletes pace themselves (AIMD per spread prefix)
+    todo: list[ObjectInfo] | None = None  # planned: the audit trail of a run that fails part way
+    l1_res = GcCounters()
     try:
         on_progress("list", 0, 1)
         assert decision.m is not None  # a null M failed the gate above
@@ -431,7 +433,21 @@ def run_gc(
         )
     except CtpError as e:
         try:
-            finish("failed", {**gate_info, **_counts(counters), **l1_info, "error": str(e)}, with_view=False)
+            finish(
+                "failed",
+                {**gate_info, **_counts(counters), **l1_info, "error": str(e)},
+                with_view=False,
+                deletes=None
+                if todo is None or config.dry_run
+                else deletes_table(
+                    todo,
+                    set(counters.failed_keys),
+                    l1_orphans,
+                    set(l1_res.failed_keys),
+                    dry_run=False,
+                    interrupted=True,
+                ),
+            )
         except CtpError as err:  # the store is down: the operator needs the first error, not this one
             log.warning("could not record the failed GC run: %s", err)
         raise e

@@ -119,13 +119,21 @@ def partition_view_table(
 
 
 def deletes_table(
-    l0: list[ObjectInfo], l0_failed: set[str], l1: list[ObjectInfo], l1_failed: set[str], *, dry_run: bool
+    l0: list[ObjectInfo],
+    l0_failed: set[str],
+    l1: list[ObjectInfo],
+    l1_failed: set[str],
+    *,
+    dry_run: bool,
+    interrupted: bool = False,
 ) -> pa.Table:
     """Every key a run deleted (a dry run: would delete), the ones that still failed
-    after every retry marked ``failed``."""
+    after every retry marked ``failed``. A run ``interrupted`` part way (it failed) marks
+    every other planned key ``unknown``: deleted, in flight or never sent."""
+    done = "unknown" if interrupted else "deleted"
 
     def outcome(key: str, failed: set[str]) -> str:
-        return "would_delete" if dry_run else ("failed" if key in failed else "deleted")
+        return "would_delete" if dry_run else ("failed" if key in failed else done)
 
     return pa.Table.from_pydict(
         {

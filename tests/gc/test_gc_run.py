@@ -428,6 +428,28 @@ def test_an_endpoint_that_goes_down_while_listing_is_reported_as_the_listing(sto
     assert l0_keys(store) == before
 
 
+class LostDeleteResponse(FlakyStore):
+    """The endpoint deletes the batch, then the connection drops before the answer."""
+
+    def _delete_batch(self, keys):
+        self.inner._delete_batch(keys)
+        raise StoreError("deleting a batch: connection reset before the response")
+
+
+def test_a_run_that_fails_while_deleting_puts_every_planned_key_on_record_as_unknown(store, gate):
+    """The audit trail of a run cut off part way: its record points at a deletes table
+    naming every key it planned, each ``unknown`` (deleted, in flight or never sent)."""
+    reconciled(store)
+    garbage = {k for k, e in l0_keys(store).items() if e <= run_gc(store, gate=gate, config=GcSettings(dry_run=True)).m}
+    assert garbage
+    with pytest.raises(StoreError, match="connection reset"):
+        run_gc(LostDeleteResponse(store), gate=gate)
+    rec = GcHistory(store).tail(1)[0]
+    assert rec.status == "failed" and rec.deletes_key
+    rows = GcHistory(store).read_deletes(rec.deletes_key).to_pylist()
+    assert {r["key"]: r["outcome"] for r in rows} == dict.fromkeys(garbage, "unknown")
+
+
 def test_unparseable_l0_keys_stop_the_run_and_are_recorded(store, gate):
     reconciled(store)
     store.put("l0/005/not-an-epoch/x.l0", b"?")
