@@ -20,7 +20,9 @@ ruff check --quiet .
 ruff format --check --quiet .
 mypy
 set +e
-python -m pytest "$@"
+# Two workers (pytest-xdist; CTP_TEST_WORKERS=0 runs in this process): most tests
+# wait on Spark, Airflow, moto or killed processes, so two share the two cores well.
+python -m pytest -n "${CTP_TEST_WORKERS:-2}" "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then

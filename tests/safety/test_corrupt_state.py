@@ -144,7 +144,13 @@ def test_a_corrupt_newest_entry_stops_the_gc_even_with_a_fresh_summary(store, ga
     ce.advance()
     ce.advance()
     run_reconcile(store)  # a fresh summary: every partition reconciled, M can move
-    newest = layout.log_entry("t", 1, PartitionLog(store, "t", 1).read_state().applied_offset)
+    # The reconciler left a snapshot at its release (what it covers is read from the
+    # snapshot, as any covered entry); a write after it is an entry the GC must read.
+    with Producer(store, epoch_ttl_s=0) as prod:
+        assert prod.write([(("t", 1), [Record(b"after the reconcile")])])[0].accepted
+    end = PartitionLog(store, "t", 1).read_state().applied_offset
+    assert PartitionLog(store, "t", 1).read_snapshot().applied_offset < end
+    newest = layout.log_entry("t", 1, end)
     store.put(newest, store.get(newest)[:-7] + b"garbage")
     before = l0_keys(store)
 
