@@ -5,8 +5,10 @@ never both win an offset. The loser reads the entries it missed, re-applies them
 retries with an entry rebuilt from the fresher state, a bounded number of times.
 
 Reading a partition's current state costs one GET (the newest snapshot), one LIST
-(entries after it) and one GET per tail entry; whoever sees a tail of
-``snapshot_every`` entries or more writes a new snapshot, so the tail stays short.
+(entries after it) and one GET per tail entry; a reader that folds a tail of
+``snapshot_every`` entries or more from the store writes a new snapshot, so the tail
+stays short. A snapshot only ever covers entries decoded from the store: appenders,
+whose states hold entries they wrote and never read back, do not write them.
 A snapshot is only a cache of the log: one that fails its checksum or its
 self-consistency check is set aside (logged, counted) and the state is rebuilt from
 the log's first entry, then the snapshot is rewritten. Writing a snapshot is best
@@ -121,7 +123,9 @@ class PartitionLog:
         the fence window collapsed to ``[max_applied_epoch]`` (a process that reads the
         state is a restart, whether a snapshot covers the newest entry or not; the
         window is volatile and no verdict depends on it, R2)."""
-        return sm.recover(self.catch_up(self.read_snapshot()))
+        state = self.catch_up(self.read_snapshot())
+        self._maybe_snapshot(state)
+        return sm.recover(state)
 
     def entries(self, after: int = -1) -> Iterator[tuple[int, Entry]]:
         """Yield ``(offset, entry)`` for every entry after log offset ``after``."""
@@ -147,10 +151,15 @@ class PartitionLog:
             expected += 1
 
     def catch_up(self, state: sm.PartitionState) -> sm.PartitionState:
-        """Apply every entry after ``state.applied_offset``; snapshot if the tail was long."""
+        """Apply every entry after ``state.applied_offset``.
+
+        Never snapshots: ``state`` may hold entries its caller appended and never read
+        back. Only :meth:`read_state`, whose state is folded from bytes read from the
+        store (the snapshot and every entry after it), writes snapshots: a snapshot
+        must never vouch for an entry whose stored bytes nobody decoded (a torn write
+        or a lying disk would then be hidden from every reader and from the GC)."""
         for offset, entry in self.entries(state.applied_offset):
             state = sm.apply(state, offset, entry).state
-        self._maybe_snapshot(state)
         return state
 
     def _maybe_snapshot(self, state: sm.PartitionState) -> None:
@@ -219,8 +228,7 @@ class PartitionLog:
             create=lambda n, key, data: self._create(key, data, n),
         )
         outcome = sm.apply(current["state"], offset, built[offset])
-        self._maybe_snapshot(outcome.state)
-        return Appended(offset, outcome)
+        return Appended(offset, outcome)  # no snapshot: this entry was never read back (see catch_up)
 
     def _create(self, key: str, data: bytes, offset: int) -> bool:
         """Create ``key`` holding ``data``: True when it holds our bytes, False when

@@ -209,15 +209,17 @@ def run_reconcile(
     return reconcile_summaries(store).append(lambda seq: summary)
 
 
-def _snapshot(log: PartitionLog, st: sm.PartitionState) -> None:
+def _snapshot(store: ObjectStore, topic: str, partition: int) -> None:
     """Leave a snapshot at the log end the run reached, so every reader after it (the
     GC's M over all partitions above all) replays no tail: an idle advance alone adds
-    three entries (claim, advance, release) a run. One PUT a claimed partition; best
-    effort, as every snapshot (a cache of the log: a reader without it replays more)."""
+    three entries (claim, advance, release) a run. The state is read back from the
+    store, never taken from memory: a snapshot vouches only for entries whose stored
+    bytes were decoded (an entry the store kept torn stops this read, and the GC, as it
+    would without the snapshot). Best effort, as every snapshot (a cache of the log)."""
     try:
-        log.write_snapshot(st)
+        PartitionLog(store, topic, partition, snapshot_every=1).read_state()
     except (CtpError, OSError) as e:
-        logger.warning("could not snapshot %s/%d after the run: %s", st.topic, st.partition, e)
+        logger.warning("could not snapshot %s/%d after the run: %s", topic, partition, e)
 
 
 def _release_if_held(log: PartitionLog, owner: str) -> None:
@@ -311,7 +313,7 @@ def _build_and_commit(
             except CtpError:
                 pass  # released by the run's own finally, or the lease runs out
             else:
-                _snapshot(log, st)
+                _snapshot(store, st.topic, st.partition)
             reports.observe(st)
             with done_lock:
                 done[0] += 1

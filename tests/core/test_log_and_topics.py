@@ -68,11 +68,19 @@ def test_reading_state_costs_a_snapshot_get_one_list_and_the_tail(store):
     s = log.read_state()
     for i in range(200):
         s = log.append(s, lambda _s, i=i: ph(1, i)).outcome.state
+    # Appenders never snapshot (their states hold entries they never read back): the
+    # first reader folds all 201 entries from the store and leaves a snapshot.
+    assert PartitionLog(store, "t", 0).read_snapshot().applied_offset == -1
+    first = CountingStore(store)
+    assert PartitionLog(first, "t", 0, snapshot_every=16).read_state() == s
+    assert first.counts == {"get": 1 + 201, "list": 1, "put": 1}
+    for i in range(10):  # a tail shorter than snapshot_every
+        s = log.append(s, lambda _s, i=i: ph(1, 200 + i)).outcome.state
     counting = CountingStore(store)
     fresh = PartitionLog(counting, "t", 0, snapshot_every=16).read_state()
-    assert fresh == s and fresh.applied_offset == 200
-    tail = 200 - PartitionLog(store, "t", 0).read_snapshot().applied_offset
-    assert tail < 16
+    assert fresh == s and fresh.applied_offset == 210
+    tail = 210 - PartitionLog(store, "t", 0).read_snapshot().applied_offset
+    assert tail == 10
     assert counting.counts == {"get": 1 + tail, "list": 1}  # snapshot + tail entries
 
 
