@@ -3,7 +3,8 @@
     python benchmarks/bench_scale.py [--partitions 10000,100000] [--topic-size 10000]
 
 For each size N, on a fresh store (fsync off, as the other benchmarks), each phase runs
-in its own process, timed, with that process's peak RSS:
+in its own process after a sync (so no phase pays for the writeback of the one before),
+timed, with that process's peak RSS:
 
 - create: ``create_topic`` of N partitions (topics of ``--topic-size``; the limit of one
   topic is 100,000);
@@ -77,6 +78,7 @@ def run_size(partitions: int, topic_size: int) -> dict:
     row: dict = {"partitions": partitions}
     try:
         for name in PHASES:
+            os.sync()  # not timed: the previous phase's writes are not this phase's cost
             cmd = [sys.executable, __file__, "--phase", name, "--root", root, "--partitions", str(partitions)]
             cmd += ["--topic-size", str(topic_size)]
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
