@@ -247,6 +247,29 @@ def test_default_parallelism_on_a_classic_session(spark):
     assert app.warm_workers(spark) >= 1
 
 
+def test_the_python_workers_keep_freed_memory(spark):
+    """The reconciler's Python workers run with malloc keeping freed buffers (fresh
+    workers otherwise page-fault every L0 chunk they read: 3x the raw read time), in
+    local mode through the inherited environment and on a cluster through executorEnv."""
+
+    def env(batches):
+        import os
+
+        import pyarrow as pa
+
+        for _ in batches:
+            pass
+        names = sorted(app.MALLOC_ENV)
+        yield pa.RecordBatch.from_pydict({"name": names, "value": [os.environ.get(n) for n in names]})
+
+    got = {
+        r.name: r.value
+        for r in spark.range(0, 2, 1, numPartitions=2).mapInArrow(env, "name string, value string").collect()
+    }
+    assert got == {n: os.environ[n] for n in app.MALLOC_ENV} and all(got.values())
+    assert {n: spark.conf.get(f"spark.executorEnv.{n}") for n in app.MALLOC_ENV} == got
+
+
 def test_the_rows_path_for_big_plans_lifts_everything_exactly_once(spark, store):
     sent = produce_rounds(store, partitions=3, rounds=2, per=30)
     from ctp_state.settings import ReconcileSettings
