@@ -575,6 +575,8 @@ def slide(s: PartitionState, epoch: int) -> PartitionState:
 
 def recover(s: PartitionState) -> PartitionState:
     """After recovery the window collapses to ``[max_applied_epoch]``."""
+    if s.max_seen_epoch == s.max_applied_epoch and s.oldest_accepted_epoch == s.max_applied_epoch:
+        return s  # already collapsed (a state read from a snapshot with no tail): no copy
     return replace(s, max_seen_epoch=s.max_applied_epoch, oldest_accepted_epoch=s.max_applied_epoch)
 
 
@@ -642,11 +644,14 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
         def i64(v: object, what: str, lo: int = 0) -> int:
             return validate.int64(v, what=what, minimum=lo)
 
+        max_applied = opt("max_applied_epoch")
         s = PartitionState(
             topic=validate.topic_name(b["topic"]),
             partition=num("partition", 0),
             applied_offset=num("applied_offset"),
-            max_applied_epoch=opt("max_applied_epoch"),
+            max_applied_epoch=max_applied,
+            max_seen_epoch=max_applied,  # recovered: the window collapsed to [max_applied_epoch]
+            oldest_accepted_epoch=max_applied,
             previous_applied_epoch=opt("previous_applied_epoch"),
             epoch_window_offset=num("epoch_window_offset"),
             min_epoch_lower_bound=opt("min_epoch_lower_bound"),
