@@ -197,8 +197,7 @@ def run_reconcile(
     claimed = [x for x in _pmap(claim, todo, config.threads) if x is not None]
     released: set[tuple[str, int]] = set()
     try:
-        read_at_start = {(s.topic, s.partition): s for s in todo}
-        _build_and_commit(store, c, config, owner, claimed, read_at_start, reports, released, map_files, on_progress)
+        _build_and_commit(store, c, config, owner, claimed, reports, released, map_files, on_progress)
     finally:
         # Whatever failed (a Spark job, a crash of the build), release what was claimed
         # and not yet released, so other runs need not wait for the lease.
@@ -210,25 +209,17 @@ def run_reconcile(
     return reconcile_summaries(store).append(lambda seq: summary)
 
 
-def _snapshot(store: ObjectStore, start: sm.PartitionState) -> None:
+def _snapshot(store: ObjectStore, topic: str, partition: int) -> None:
     """Leave a snapshot at the log end the run reached, so every reader after it (the
     GC's M over all partitions above all) replays no tail: an idle advance alone adds
-    three entries (claim, advance, release) a run.
-
-    The state is read back from the store, never taken from memory: a snapshot vouches
-    only for entries whose stored bytes were decoded (an entry the store kept torn stops
-    this read, and the GC, as it would without the snapshot). The read starts from
-    ``start``, the state this run read from the store before its claim (the snapshot and
-    every entry after it decoded then), so it reads only the entries written since: the
-    run's own claim, reconcile, advance and release, and anything a producer appended
-    meanwhile. Best effort, as every snapshot (a cache of the log)."""
-    log = PartitionLog(store, start.topic, start.partition)
+    three entries (claim, advance, release) a run. The state is read back from the
+    store, never taken from memory: a snapshot vouches only for entries whose stored
+    bytes were decoded (an entry the store kept torn stops this read, and the GC, as it
+    would without the snapshot). Best effort, as every snapshot (a cache of the log)."""
     try:
-        state = log.catch_up(start)
-        if state.applied_offset > start.applied_offset:
-            log.write_snapshot(state)
+        PartitionLog(store, topic, partition, snapshot_every=1).read_state()
     except (CtpError, OSError) as e:
-        logger.warning("could not snapshot %s/%d after the run: %s", start.topic, start.partition, e)
+        logger.warning("could not snapshot %s/%d after the run: %s", topic, partition, e)
 
 
 def _release_if_held(log: PartitionLog, owner: str) -> None:
@@ -247,7 +238,6 @@ def _build_and_commit(
     config: ReconcileSettings,
     owner: str,
     claimed: list[tuple[PartitionLog, sm.PartitionState]],
-    read_at_start: dict[tuple[str, int], sm.PartitionState],
     reports: _Reports,
     released: set[tuple[str, int]],
     map_files: Callable[[list[L1File]], list[dict[str, Any]]],
@@ -323,7 +313,7 @@ def _build_and_commit(
             except CtpError:
                 pass  # released by the run's own finally, or the lease runs out
             else:
-                _snapshot(store, read_at_start[tp])
+                _snapshot(store, st.topic, st.partition)
             reports.observe(st)
             with done_lock:
                 done[0] += 1

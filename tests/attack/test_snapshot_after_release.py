@@ -263,7 +263,7 @@ from ctp_state import reconcile as rc
 from ctp_state.storage import open_store
 from ctp_state.settings import ReconcileSettings
 
-def die(store, start):
+def die(store, topic, partition):
     os.kill(os.getpid(), signal.SIGKILL)
 
 rc._snapshot = die
@@ -323,7 +323,7 @@ def _torn_reconcile(store, *, snapshot_after_release: bool, monkeypatch):
     sent = produce_rounds(store, partitions=1, rounds=3, per=10)
     advance(store, 2)
     if not snapshot_after_release:  # the code before 80721d0
-        monkeypatch.setattr(rc, "_snapshot", lambda store, start: None)
+        monkeypatch.setattr(rc, "_snapshot", lambda store, topic, partition: None)
     torn = TornEntries(store)
     s = run_reconcile(torn, config=ReconcileSettings(threads=1))
     assert s.partitions_reconciled == 1 and len(torn.torn) == 1, s
@@ -374,8 +374,7 @@ def _delayed(store, sent, seen, corrupt_covered: bool):
     the newer snapshot covers then goes bad."""
     orig = rc._snapshot
 
-    def delayed(s, start):
-        topic, partition = start.topic, start.partition
+    def delayed(s, topic, partition):
         released = PartitionLog(store, topic, partition, write_snapshots=False).read_state().applied_offset
         with Producer(store, epoch_ttl_s=0) as prod:
             for i in range(70):
@@ -389,7 +388,7 @@ def _delayed(store, sent, seen, corrupt_covered: bool):
             store.put(bad, store.get(bad)[:-7] + b"garbage")
             # the promise holds here: the state reads from the newer snapshot
             assert PartitionLog(store, "t", 0, write_snapshots=False).read_state().applied_offset == seen["newer"]
-        orig(s, start)
+        orig(s, topic, partition)
 
     return delayed
 

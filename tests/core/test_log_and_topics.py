@@ -199,41 +199,6 @@ def test_a_reconcile_leaves_a_snapshot_at_the_log_end_of_every_partition_it_clai
         assert counting.counts == {"get": 1, "list": 1}  # the snapshot, and a listing with no tail
 
 
-def test_a_reconcile_reads_each_log_entry_once_snapshot_included(store):
-    """The post-release snapshot is read back from the store starting at the state the
-    run read before its claim, so the run GETs each entry of the log once: the tail
-    it found at its start, then only the entries written since (claim, reconcile,
-    advance, release). Reading the whole tail again doubled an idle reconcile's cost."""
-    from ctp_state.l0 import Record
-    from ctp_state.producer import Producer
-    from ctp_state.reconcile import run_reconcile
-
-    create_topic(store, "t", 1)
-    with Producer(store, epoch_ttl_s=0) as prod:
-        for i in range(20):
-            assert prod.write([(("t", 0), [Record(f"r{i}".encode())])])[0].accepted
-    log = PartitionLog(store, "t", 0, write_snapshots=False)
-    tail = max(layout.log_offset_of(o.key, log.prefix) for o in store.list(log.prefix))
-    assert tail >= 20 and log.read_snapshot().applied_offset < 0  # a tail, no snapshot yet
-
-    gets: dict[str, int] = {}
-
-    class ByKey(CountingStore):
-        def get(self, key):
-            gets[key] = gets.get(key, 0) + 1
-            return super().get(key)
-
-    for _ in range(3):
-        ClusterEpoch(store).advance()
-    s = run_reconcile(ByKey(store))
-    assert s.partitions_reconciled == 1, s
-    end = max(layout.log_offset_of(o.key, log.prefix) for o in store.list(log.prefix))
-    assert log.read_snapshot().applied_offset == end  # the snapshot is at the log end
-    entry_gets = {k: n for k, n in gets.items() if k.startswith(log.prefix)}
-    assert {layout.log_offset_of(k, log.prefix) for k in entry_gets} == set(range(end + 1))
-    assert set(entry_gets.values()) == {1}, {k: n for k, n in entry_gets.items() if n > 1}
-
-
 def test_topic_create_reports_progress_as_the_inits_land(store):
     seen: list[tuple[int, int]] = []
     create_topic(store, "big", 1001, on_progress=lambda d, t: seen.append((d, t)))
