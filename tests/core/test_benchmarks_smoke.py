@@ -48,3 +48,18 @@ def test_the_scale_run_completes_every_phase():
     assert large["m_after"]["m"] == large["gc"]["m"] and large["m_after"]["partitions_read"] == 60
     assert all(large[p]["peak_rss_mib"] > 0 for p in ("create", "m", "reconcile", "m_after", "gc"))
     assert set(out["per_partition_growth"]["30->60"]) == {"create", "m", "reconcile", "m_after", "gc"}
+
+
+@pytest.mark.slow
+def test_the_reconcile_benchmark_reconciles_every_record_and_reports_its_ratios():
+    """Spark in local mode, tiny: every path reconciles all the produced records (the
+    benchmark asserts it per run), and the ratios the README quotes are there."""
+    out = _bench("benchmarks/bench_reconcile.py", "--gib", "0.004", "--partitions", "4", "--repeat", "1", timeout=600)
+    assert out["l1_files"] >= 4 and out["produce"]["records"] > 0
+    for path in ("spark", "spark_rdd", "spark_rows"):
+        run = out[path]
+        assert run["records_per_s"] > 0 and len(run["runs_mb_per_s"]) == 1
+        assert run["driver_seconds_before_build"] >= 0 and run["driver_seconds_after_build"] >= 0
+    assert out["raw_2_threads_durable"]["sync_seconds"] >= 0
+    for ratio in ("ratio_spark_to_raw", "ratio_spark_to_raw_durable", "ratio_spark_median_to_raw"):
+        assert out[ratio] > 0, ratio
