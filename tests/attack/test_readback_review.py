@@ -35,11 +35,12 @@ from ctp_state.topics import create_topic
 from ctp_state.verify import verify
 from tests.attack.test_snapshot_after_release import (
     advance,
+    append_singles,
+    converges,
     deep_ok,
     gc_ok,
     l0_keys,
     log_end,
-    no_pending_l0_below_m,
     snap_offset,
 )
 from tests.support import Wrapped, assert_exactly_once, produce_rounds
@@ -209,6 +210,19 @@ def test_a_topic_recreated_mid_run_gets_a_snapshot_of_its_new_log(fstore, gate):
 # --- D. the snapshot the start read used goes bad while the run builds -------------------------
 
 
+def _long_snapshotted_log(store) -> dict[int, list[Record]]:
+    """t/0 with 70 one-record batches and a reader's snapshot of them, then C advanced
+    past the idle lag: what was sent."""
+    create_topic(store, "t", 1)
+    advance(store, 1)
+    sent: dict[int, list[Record]] = {0: []}
+    append_singles(store, 70, "r", sent)
+    PartitionLog(store, "t", 0).read_state()  # a reader snapshots the long tail
+    assert snap_offset(store, "t", 0) > 60
+    advance(store, 2)
+    return sent
+
+
 def test_a_snapshot_corrupted_mid_run_is_replaced_by_the_read_back(fstore, gate):
     """A log longer than ``snapshot_every``: the start read uses (or writes) a
     snapshot. While the run builds, the snapshot's bytes flip. The read-back sets the
@@ -216,17 +230,7 @@ def test_a_snapshot_corrupted_mid_run_is_replaced_by_the_read_back(fstore, gate)
     the log end. That snapshot agrees with a replay of the log; the GC and reads are
     exactly-once."""
     store = fstore
-    create_topic(store, "t", 1)
-    advance(store, 1)
-    sent = {0: []}
-    with Producer(store, epoch_ttl_s=0) as prod:
-        for i in range(70):
-            rec = Record(f"r{i}".encode())
-            assert prod.write([(("t", 0), [rec])])[0].accepted
-            sent[0].append(rec)
-    PartitionLog(store, "t", 0).read_state()  # a reader snapshots the long tail
-    assert snap_offset(store, "t", 0) > 60
-    advance(store, 2)
+    sent = _long_snapshotted_log(store)
     s = run_reconcile(
         store,
         config=ReconcileSettings(threads=1),
@@ -247,17 +251,7 @@ def test_a_snapshot_and_an_entry_it_covered_both_corrupted_mid_run(fstore, gate)
     the state it read before either went bad: plausible, but vouched for by no read of
     the store.)"""
     store = fstore
-    create_topic(store, "t", 1)
-    advance(store, 1)
-    sent = {0: []}
-    with Producer(store, epoch_ttl_s=0) as prod:
-        for i in range(70):
-            rec = Record(f"r{i}".encode())
-            assert prod.write([(("t", 0), [rec])])[0].accepted
-            sent[0].append(rec)
-    PartitionLog(store, "t", 0).read_state()
-    assert snap_offset(store, "t", 0) > 60
-    advance(store, 2)
+    _long_snapshotted_log(store)
     bad = layout.log_entry("t", 0, 5)
 
     def both_go_bad():
@@ -345,11 +339,7 @@ def test_a_wait_for_exclusive_claim_over_a_busy_log_snapshots_the_log(fstore, ga
     def holder():
         try:
             time.sleep(0.5)  # the reconciler has read its start state and is waiting
-            with Producer(store, epoch_ttl_s=0) as prod:
-                for i in range(70):
-                    rec = Record(f"busy-{i}".encode())
-                    assert prod.write([(("t", 0), [rec])])[0].accepted
-                    sent[0].append(rec)
+            append_singles(store, 70, "busy", sent)
             PartitionLog(store, "t", 0).read_state()  # a reader snapshots them
             plog = PartitionLog(store, "t", 0)
             assert plog.release(plog.read_state(), "other", we).outcome.rejected is None
@@ -363,12 +353,4 @@ def test_a_wait_for_exclusive_claim_over_a_busy_log_snapshots_the_log(fstore, ga
     assert not errors, errors
     assert s.partitions_reconciled == 1, s
     assert snap_offset(store, "t", 0) == log_end(store, "t", 0)
-    deep_ok(store)
-    advance(store, 2)
-    rec = gc_ok(store, gate)
-    no_pending_l0_below_m(store, "t", 1, rec.m)
-    assert_exactly_once(store, "t", sent, all_in_l1=False)
-    run_reconcile(store)
-    gc_ok(store, gate)
-    assert_exactly_once(store, "t", sent)
-    deep_ok(store)
+    converges(store, gate, sent, 1)

@@ -88,6 +88,32 @@ def no_pending_l0_below_m(store, topic, partitions, m):
             assert store.head(ph.l0_key) is not None, (p, ph.l0_key, m)
 
 
+def append_singles(store, n: int, tag: str, sent: dict[int, list[Record]] | None = None) -> None:
+    """A producer appends ``n`` one-record batches to t/0 (``n`` >= 64: a log longer
+    than ``snapshot_every``); each accepted record joins ``sent[0]`` when given."""
+    with Producer(store, epoch_ttl_s=0) as prod:
+        for i in range(n):
+            rec = Record(f"{tag}-{i}".encode())
+            assert prod.write([(("t", 0), [rec])])[0].accepted
+            if sent is not None:
+                sent[0].append(rec)
+
+
+def converges(store, gate, sent: dict[int, list[Record]], partitions: int) -> None:
+    """After an attacked run: the snapshots agree with the logs, a GC keeps every L0
+    object a pending record needs (I1) and loses nothing, and a clean reconcile and GC
+    after it leave every record exactly once in L1."""
+    deep_ok(store)
+    advance(store, 2)
+    rec = gc_ok(store, gate)
+    no_pending_l0_below_m(store, "t", partitions, rec.m)
+    assert_exactly_once(store, "t", sent, all_in_l1=False)
+    run_reconcile(store)
+    gc_ok(store, gate)
+    assert_exactly_once(store, "t", sent)
+    deep_ok(store)
+
+
 # --- 1. the plain path --------------------------------------------------------------------
 
 
@@ -151,15 +177,7 @@ def test_lapsed_reconciler_fenced_commit_and_rejected_release_snapshot_the_log(f
         assert snap_offset(store, "t", p) == log_end(store, "t", p)
         st = PartitionLog(store, "t", p).read_state()
         assert not st.holders and len(st.pending) == 1
-    deep_ok(store)
-    advance(store, 2)
-    rec = gc_ok(store, gate)
-    no_pending_l0_below_m(store, "t", 2, rec.m)
-    assert_exactly_once(store, "t", sent, all_in_l1=False)
-    run_reconcile(store)
-    gc_ok(store, gate)
-    assert_exactly_once(store, "t", sent)
-    deep_ok(store)
+    converges(store, gate, sent, 2)
 
 
 # --- 3. the release's response lost, or its outcome unknown -----------------------------------
@@ -376,11 +394,7 @@ def _delayed(store, sent, seen, corrupt_covered: bool):
 
     def delayed(s, topic, partition):
         released = PartitionLog(store, topic, partition, write_snapshots=False).read_state().applied_offset
-        with Producer(store, epoch_ttl_s=0) as prod:
-            for i in range(70):
-                rec = Record(f"mid-{i}".encode())
-                assert prod.write([(("t", 0), [rec])])[0].accepted
-                sent[0].append(rec)
+        append_singles(store, 70, "mid", sent)
         PartitionLog(store, topic, partition).read_state()  # a reader: tail >= 64, it snapshots
         seen["newer"], seen["release"] = snap_offset(store, "t", 0), released
         if corrupt_covered:
@@ -393,17 +407,24 @@ def _delayed(store, sent, seen, corrupt_covered: bool):
     return delayed
 
 
+def _run_delayed(store, monkeypatch, *, corrupt_covered: bool) -> tuple[dict[int, list[Record]], dict[str, int]]:
+    """Two rounds produced, then one reconcile whose post-release snapshot is delayed
+    (``_delayed``): what was sent, and the offsets the delay saw."""
+    sent = produce_rounds(store, partitions=1, rounds=2, per=5)
+    advance(store, 2)
+    seen: dict[str, int] = {}
+    monkeypatch.setattr(rc, "_snapshot", _delayed(store, sent, seen, corrupt_covered=corrupt_covered))
+    run_reconcile(store, config=ReconcileSettings(threads=1))
+    return sent, seen
+
+
 def test_a_delayed_post_release_snapshot_never_regresses_a_newer_one(fstore, gate, monkeypatch):
     """The reconciler is delayed between its release and its snapshot; meanwhile a
     producer appends 70 entries and a reader snapshots them. The reconciler's snapshot
     is read back from the store, starting at that newer snapshot: it never installs an
     older one (80721d0 put its in-memory state, older, over the newer)."""
     store = fstore
-    sent = produce_rounds(store, partitions=1, rounds=2, per=5)
-    advance(store, 2)
-    seen: dict[str, int] = {}
-    monkeypatch.setattr(rc, "_snapshot", _delayed(store, sent, seen, corrupt_covered=False))
-    run_reconcile(store, config=ReconcileSettings(threads=1))
+    sent, seen = _run_delayed(store, monkeypatch, corrupt_covered=False)
     assert seen["newer"] > seen["release"]
     assert snap_offset(store, "t", 0) >= seen["newer"]
     deep_ok(store)
@@ -424,11 +445,7 @@ def test_a_delayed_post_release_snapshot_does_not_uncover_an_entry_the_newer_one
     at the newer snapshot and the entry stays covered. (Two slow readers can still race
     their snapshot PUTs this way: a plain overwrite; the window is one LIST and a PUT.)"""
     store = fstore
-    sent = produce_rounds(store, partitions=1, rounds=2, per=5)
-    advance(store, 2)
-    seen: dict[str, int] = {}
-    monkeypatch.setattr(rc, "_snapshot", _delayed(store, sent, seen, corrupt_covered=True))
-    run_reconcile(store, config=ReconcileSettings(threads=1))
+    sent, seen = _run_delayed(store, monkeypatch, corrupt_covered=True)
     assert snap_offset(store, "t", 0) >= seen["newer"]
     monkeypatch.undo()
     advance(store, 2)
@@ -446,9 +463,7 @@ def test_a_torn_reconcile_entry_on_a_long_log_stops_the_gc(fstore, gate):
     store = fstore
     create_topic(store, "t", 1)
     advance(store, 1)
-    with Producer(store, epoch_ttl_s=0) as prod:
-        for i in range(70):  # a log longer than snapshot_every
-            assert prod.write([(("t", 0), [Record(f"r{i}".encode())])])[0].accepted
+    append_singles(store, 70, "r")  # a log longer than snapshot_every
     advance(store, 2)
     torn = TornEntries(store)
     s = run_reconcile(torn, config=ReconcileSettings(threads=1))
