@@ -17,6 +17,7 @@ numbers it has had applied (R8), so a re-sent batch is recognised and dropped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -209,6 +210,32 @@ class PartitionState:
         return replace(self, max_seen_epoch=None, oldest_accepted_epoch=None)
 
 
+def _make_evolve() -> Any:
+    """``evolve(state, **changes)``: ``dataclasses.replace`` for :class:`PartitionState`
+    without its generic per-field loop and ``__init__`` (no ``__post_init__`` to skip):
+    the fold copies a state once per applied entry, and that copy was most of a
+    replay's CPU (a log's tail is replayed by every reader)."""
+    names = PartitionState.__slots__
+    lines = ["def evolve(s, **ch):", "    n = _new(_cls)"]
+    for name in names:
+        lines.append(f"    _set(n, {name!r}, ch[{name!r}] if {name!r} in ch else s.{name})")
+    lines.append(
+        "    if len(ch) > 0 and not ch.keys() <= _names: raise TypeError(f'not fields: {sorted(ch.keys() - _names)}')"
+    )
+    lines.append("    return n")
+    scope: dict[str, Any] = {
+        "_new": object.__new__,
+        "_set": object.__setattr__,
+        "_cls": PartitionState,
+        "_names": frozenset(names),
+    }
+    exec("\n".join(lines), scope)  # generated from the class's own slots, nothing else
+    return scope["evolve"]
+
+
+evolve: Callable[..., PartitionState] = _make_evolve()
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     state: PartitionState
@@ -232,25 +259,28 @@ def apply(state: PartitionState, offset: int, entry: Entry) -> Outcome:
     """
     if offset != state.applied_offset + 1:
         raise EntryOutOfOrder(state.topic, state.partition, offset, state.applied_offset)
-    moved = replace(state, applied_offset=offset)
+    # Each _apply_* checks ``state`` and returns it copied once, with ``applied_offset``
+    # moved to ``offset`` and its own changes (a replay copies a state per entry).
     try:
+        if isinstance(entry, Placeholder):  # by far the commonest entry
+            if not state.initialized:
+                raise InvalidTransition(state.topic, state.partition, "partition is not initialized")
+            new, base, duplicate = _apply_placeholder(state, offset, entry)
+            return Outcome(new, base_offset=base, duplicate=duplicate)
         if isinstance(entry, Init):
-            return Outcome(_apply_init(moved, offset, entry))
+            return Outcome(_apply_init(state, offset, entry))
         if not state.initialized:
             raise InvalidTransition(state.topic, state.partition, "partition is not initialized")
-        if isinstance(entry, Placeholder):
-            new, base, duplicate = _apply_placeholder(moved, offset, entry)
-            return Outcome(new, base_offset=base, duplicate=duplicate)
         if isinstance(entry, Reconcile):
-            return Outcome(_apply_reconcile(moved, offset, entry))
+            return Outcome(_apply_reconcile(state, offset, entry))
         if isinstance(entry, Advance):
-            return Outcome(_apply_advance(moved, offset, entry))
+            return Outcome(_apply_advance(state, offset, entry))
         if isinstance(entry, Claim):
-            return Outcome(_apply_claim(moved, offset, entry))
+            return Outcome(_apply_claim(state, offset, entry))
         if isinstance(entry, Release):
-            return Outcome(_apply_release(moved, entry))
+            return Outcome(_apply_release(state, offset, entry))
     except Rejected as verdict:
-        return Outcome(moved, rejected=verdict)
+        return Outcome(evolve(state, applied_offset=offset), rejected=verdict)
     raise TypeError(f"not an entry: {entry!r}")
 
 
@@ -268,8 +298,9 @@ def _apply_init(s: PartitionState, offset: int, e: Init) -> PartitionState:
     # before it was rejected ("not initialized"), so nothing it follows ever took effect.
     if s.initialized:
         raise InvalidTransition(s.topic, s.partition, f"init entry at offset {offset} of an initialized log")
-    return replace(
+    return evolve(
         s,
+        applied_offset=offset,
         max_applied_epoch=e.epoch,
         previous_applied_epoch=e.epoch,
         epoch_window_offset=offset,
@@ -294,16 +325,6 @@ def _check_exclusive(s: PartitionState, writer_epoch: int, what: str) -> None:
         )
 
 
-def _slide_seen(s: PartitionState) -> PartitionState:
-    """Keep the volatile window at or ahead of the applied epochs (entries written by
-    other processes move the applied window; the fence window follows)."""
-    latest = s.max_seen_epoch
-    if latest is not None and latest >= s.max_applied_epoch:  # type: ignore[operator]
-        return s
-    oldest = max(s.oldest_accepted_epoch or 0, s.previous_applied_epoch)  # type: ignore[type-var]
-    return replace(s, max_seen_epoch=s.max_applied_epoch, oldest_accepted_epoch=oldest)
-
-
 def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[PartitionState, int | None, bool]:
     if e.writer_epoch is not None:
         _check_writer(s, e.writer_epoch)
@@ -323,7 +344,7 @@ def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[
     if known is not None:
         dup = _duplicate_of(s, known, e)
         if dup is not None:
-            return s, dup[0], True
+            return evolve(s, applied_offset=offset), dup[0], True
     # A producer the partition does not know (new, or forgotten after MAX_PRODUCERS
     # others wrote) starts wherever it is: its sequence is learned from this batch.
     # R2: deterministic, independent of any in-process fence.
@@ -336,19 +357,30 @@ def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[
         )
     if known is not None and e.sequence != known.last_seq + 1:
         raise OutOfOrderSequence(s.topic, s.partition, known.producer_id, e.sequence, known.last_seq + 1)  # type: ignore[arg-type]
-    if e.epoch > s.max_applied_epoch:  # type: ignore[operator]
-        s = replace(
-            s,
-            previous_applied_epoch=s.max_applied_epoch,
-            max_applied_epoch=e.epoch,
-            epoch_window_offset=offset,
-        )
+    previous, latest, window_offset = s.previous_applied_epoch, s.max_applied_epoch, s.epoch_window_offset
+    if e.epoch > latest:  # type: ignore[operator]
+        previous, latest, window_offset = latest, e.epoch, offset
     base = s.next_offset
     pending = Pending(offset, e.epoch, e.l0_key, e.byte_offset, e.byte_length, e.record_count, e.crc32c, base)
-    s = replace(s, next_offset=base + e.record_count, pending=s.pending + (pending,))
-    if e.producer_id is not None:
-        s = _remember(s, known, e, base)
-    return _slide_seen(s), base, False
+    producers = s.producers if e.producer_id is None else _remember(s.producers, latest, known, e, base)  # type: ignore[arg-type]
+    # Keep the volatile window at or ahead of the applied epochs (entries written by
+    # other processes move the applied window; the fence window follows).
+    seen, oldest = s.max_seen_epoch, s.oldest_accepted_epoch
+    if seen is None or seen < latest:  # type: ignore[operator]
+        seen, oldest = latest, max(oldest or 0, previous)  # type: ignore[type-var]
+    new = evolve(
+        s,
+        applied_offset=offset,
+        previous_applied_epoch=previous,
+        max_applied_epoch=latest,
+        epoch_window_offset=window_offset,
+        next_offset=base + e.record_count,
+        pending=s.pending + (pending,),
+        producers=producers,
+        max_seen_epoch=seen,
+        oldest_accepted_epoch=oldest,
+    )
+    return new, base, False
 
 
 def _producer(s: PartitionState, producer_id: str | None) -> ProducerSeq | None:
@@ -378,21 +410,25 @@ def _duplicate_of(s: PartitionState, known: ProducerSeq, e: Placeholder) -> tupl
     raise UnverifiableDuplicate(s.topic, s.partition, known.producer_id, first, last)
 
 
-def _remember(s: PartitionState, known: ProducerSeq | None, e: Placeholder, base: int) -> PartitionState:
+def _remember(
+    producers: tuple[ProducerSeq, ...], max_applied_epoch: int, known: ProducerSeq | None, e: Placeholder, base: int
+) -> tuple[ProducerSeq, ...]:
+    """The producer table after ``e`` (at record offset ``base``) is applied, with
+    ``max_applied_epoch`` the partition's applied epoch after it."""
     batch = ProducerBatch(e.sequence, e.record_count, base, e.fingerprint)  # type: ignore[arg-type]
     batches = ((known.batches if known else ()) + (batch,))[-PRODUCER_BATCHES:]
     entry = ProducerSeq(e.producer_id, batch.last_seq, batches, e.epoch)  # type: ignore[arg-type]
-    table = tuple(p for p in s.producers if p.producer_id != e.producer_id) + (entry,)
+    table = tuple(p for p in producers if p.producer_id != e.producer_id) + (entry,)
     if len(table) > MAX_PRODUCERS:
         # Forget the least recently written first, but only producers quiet for longer
         # than the retention (so a re-run or re-send within it is always recognised)...
-        horizon = s.max_applied_epoch - PRODUCER_RETENTION_EPOCHS  # type: ignore[operator]
+        horizon = max_applied_epoch - PRODUCER_RETENTION_EPOCHS
         excess = len(table) - MAX_PRODUCERS
         old = {p.producer_id for p in table[:-1] if p.last_epoch < horizon}
         drop = set([p.producer_id for p in table if p.producer_id in old][:excess])
         table = tuple(p for p in table if p.producer_id not in drop)
         table = table[-MAX_PRODUCERS_HARD:]  # ...and a hard bound on memory
-    return replace(s, producers=table)
+    return table
 
 
 def allowed_lower_bound(s: PartitionState, through_log_offset: int) -> int:
@@ -434,8 +470,9 @@ def _apply_reconcile(s: PartitionState, offset: int, e: Reconcile) -> PartitionS
             f"[{s.min_epoch_lower_bound}, {allowed}] (R3: it never decreases and never "
             "passes the previous applied epoch)",
         )
-    return replace(
+    return evolve(
         s,
+        applied_offset=offset,
         last_reconciled_log_offset=e.through_log_offset,
         last_reconciled_offset=e.last_record_offset,
         min_epoch_lower_bound=e.min_epoch_lower_bound,
@@ -483,8 +520,9 @@ def _apply_advance(s: PartitionState, offset: int, e: Advance) -> PartitionState
         )
     # Caught up at this offset: every later placeholder must carry an epoch >= e.epoch,
     # so the lower bound may follow. The window collapses as on recovery.
-    return replace(
+    return evolve(
         s,
+        applied_offset=offset,
         max_applied_epoch=e.epoch,
         previous_applied_epoch=e.epoch,
         epoch_window_offset=offset,
@@ -521,8 +559,9 @@ def _apply_claim(s: PartitionState, offset: int, e: Claim) -> PartitionState:
         max(0, e.lease_until_ms - e.now_ms),
     )
     starts = (s.writer_epoch_starts + ((e.writer_epoch, offset),))[-WRITER_EPOCH_HISTORY:]
-    return replace(
+    return evolve(
         s,
+        applied_offset=offset,
         writer_epoch=e.writer_epoch,
         fence_floor=e.writer_epoch if exclusive else s.fence_floor,
         holders=others + (holder,),
@@ -530,13 +569,13 @@ def _apply_claim(s: PartitionState, offset: int, e: Claim) -> PartitionState:
     )
 
 
-def _apply_release(s: PartitionState, e: Release) -> PartitionState:
+def _apply_release(s: PartitionState, offset: int, e: Release) -> PartitionState:
     kept = tuple(h for h in s.holders if not (h.owner == e.owner and h.writer_epoch == e.writer_epoch))
     if len(kept) == len(s.holders):
         raise InvalidTransition(
             s.topic, s.partition, f"release by {e.owner!r} of writer epoch {e.writer_epoch}, which it does not hold"
         )
-    return replace(s, holders=kept)
+    return evolve(s, applied_offset=offset, holders=kept)
 
 
 def end_offset_of_writer_epoch(s: PartitionState, writer_epoch: int) -> int:

@@ -352,3 +352,24 @@ def test_producers_are_remembered_for_the_retention_and_forgotten_oldest_first_a
     # A remembered one re-sending is a duplicate.
     dup = log.add(batch(later, f"p{n - 1}"))
     assert dup.accepted and dup.duplicate
+
+
+def test_evolve_copies_every_field_as_dataclasses_replace_does():
+    """The fold's fast copy: every slot, volatile window included, set from the changes
+    or the original; an unknown field is an error, as for ``replace``."""
+    import dataclasses
+
+    s = sm.PartitionState(
+        "t", 3, applied_offset=7, max_applied_epoch=4, previous_applied_epoch=3, max_seen_epoch=5,
+        oldest_accepted_epoch=3, pending=(sm.Pending(6, 4, "l0/000/x", 8, 10, 1, 0, 0),), l1_ends=(4,),
+    )  # fmt: skip
+    for name in sm.PartitionState.__slots__:
+        changed = sm.evolve(s, **{name: None})
+        assert getattr(changed, name) is None
+        for other in sm.PartitionState.__slots__:
+            if other != name:
+                assert getattr(changed, other) is getattr(s, other), (name, other)
+    assert sm.evolve(s) == s and sm.evolve(s) is not s
+    assert sm.evolve(s, applied_offset=8) == dataclasses.replace(s, applied_offset=8)
+    with pytest.raises(TypeError, match="nope"):
+        sm.evolve(s, nope=1)
