@@ -3,7 +3,10 @@
 An entry is stored as one sealed JSON object ``{"kind": ..., "v": 2, ..., "crc": ...}``
 (see :mod:`ctp_state.codec`) at the key of its log offset: its CRC32C covers the bytes
 written, so a flipped digit or an edit is caught when the entry is read. Version 1
-entries (written before checksums) are still read; they carry no checksum. Decoding
+entries (written before checksums) are still read; they carry no checksum. Version 3
+is version 2 plus ``release_owner`` on a reconcile or advance entry (the claim given up
+in the same entry); it is written only for such entries, so a ctp that predates it
+refuses them by version, naming the key, and reads every other entry. Decoding
 refuses an unknown version or kind, a bad checksum or a malformed field with an error
 that names the key; nothing is guessed.
 """
@@ -18,9 +21,11 @@ from ctp_state import codec, validate
 from ctp_state.errors import CorruptData, UnsupportedVersion
 
 ENTRY_VERSION = 2
-SUPPORTED_ENTRY_VERSIONS = (1, 2)  # 1: before checksums, read but never written
+#: Written for a reconcile or advance entry that also releases its claim.
+RELEASING_ENTRY_VERSION = 3
+SUPPORTED_ENTRY_VERSIONS = (1, 2, 3)  # 1: before checksums, read but never written
 #: Fields written only when set, so the common entry stays small.
-_OPTIONAL = ("writer_epoch", "producer_id", "sequence", "fingerprint")
+_OPTIONAL = ("writer_epoch", "producer_id", "sequence", "fingerprint", "release_owner")
 _OPTIONAL_EMPTY = ("expired", "l1_crc32c")
 
 
@@ -74,6 +79,9 @@ class Reconcile:
     # CRC32C of each L1 file's bytes, as written: the end-to-end check that readers
     # and the GC apply to the whole file (Parquet's page checksums leave the footer out).
     l1_crc32c: tuple[int, ...] = ()
+    # The owner whose claim (under ``writer_epoch``) this entry also releases, as a
+    # Release right after it would: one entry, one object write, instead of two.
+    release_owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +92,7 @@ class Advance:
     kind: ClassVar[str] = "advance"
     epoch: int
     writer_epoch: int
+    release_owner: str | None = None  # as Reconcile.release_owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +130,8 @@ _KINDS: dict[str, type] = {c.kind: c for c in (Init, Placeholder, Reconcile, Adv
 
 
 def encode(entry: Entry) -> bytes:
-    body: dict[str, Any] = {"v": ENTRY_VERSION, "kind": entry.kind}
+    releasing = getattr(entry, "release_owner", None) is not None
+    body: dict[str, Any] = {"v": RELEASING_ENTRY_VERSION if releasing else ENTRY_VERSION, "kind": entry.kind}
     for k, v in asdict(entry).items():
         if (v is None and k in _OPTIONAL) or (v == () and k in _OPTIONAL_EMPTY):
             continue
@@ -153,6 +163,10 @@ def decode(data: bytes, key: str) -> Entry:
     if cls is None:
         raise CorruptData(key, f"unknown entry kind {kind!r}")
     names = {f.name for f in fields(cls)}
+    if version != RELEASING_ENTRY_VERSION:
+        names.discard("release_owner")
+    elif "release_owner" not in body:
+        raise CorruptData(key, f"version {version} {kind} entry releases no claim (release_owner is missing)")
     extra = set(body) - names
     if extra:
         raise CorruptData(key, f"{kind} entry has unknown fields {sorted(extra)}")
@@ -169,6 +183,15 @@ def _epoch(body: dict[str, Any], name: str) -> int:
 
 def _int(body: dict[str, Any], name: str, minimum: int = 0) -> int:
     return validate.int64(body[name], what=name, minimum=minimum)
+
+
+def _owner(body: dict[str, Any], name: str, optional: bool = False) -> str | None:
+    owner = body.get(name) if optional else body[name]
+    if owner is None and optional:
+        return None
+    if not isinstance(owner, str) or not owner:
+        raise ValueError(f"{name} must be a non-empty string")
+    return owner
 
 
 def _build(cls: type, body: dict[str, Any]) -> Entry:
@@ -214,9 +237,14 @@ def _build(cls: type, body: dict[str, Any]) -> Entry:
                 min_epoch_lower_bound=_epoch(body, "min_epoch_lower_bound"),
                 writer_epoch=_int(body, "writer_epoch", 1),
                 l1_crc32c=tuple(validate.int64(c, what="l1_crc32c", maximum=0xFFFFFFFF) for c in crcs),
+                release_owner=_owner(body, "release_owner", optional=True),
             )
         if cls is Advance:
-            return Advance(epoch=_epoch(body, "epoch"), writer_epoch=_int(body, "writer_epoch", 1))
+            return Advance(
+                epoch=_epoch(body, "epoch"),
+                writer_epoch=_int(body, "writer_epoch", 1),
+                release_owner=_owner(body, "release_owner", optional=True),
+            )
         if cls is Claim:
             owner = body["owner"]
             if not isinstance(owner, str) or not owner:

@@ -11,7 +11,8 @@ A run:
    threads in tests): ranged GETs of exactly the chunks, CRC32C checks, Parquet out;
 5. commits per partition one ``reconcile`` entry (through-offset, L1 keys, the new
    lower bound computed from the state at commit time), then an ``advance`` entry if
-   the partition is caught up and behind C (R6), then releases the claim;
+   the partition is caught up and behind C (R6); the last of them also releases the
+   claim (a separate ``release`` entry only when neither could), and leaves a snapshot;
 6. appends a run summary to the store (``runs/reconcile/<seq>.json``, a dense sequence:
    which summary is newest is decided by the store, not by this machine's clock) and
    returns it.
@@ -194,7 +195,7 @@ def run_reconcile(
             return None
         return log, got.outcome.state
 
-    claimed = [x for x in _pmap(claim, todo, config.threads) if x is not None]
+    claimed = [x for x in _pmap(claim, todo, _write_threads(store, config)) if x is not None]
     released: set[tuple[str, int]] = set()
     try:
         _build_and_commit(store, c, config, owner, claimed, reports, released, map_files, on_progress)
@@ -266,6 +267,11 @@ def _build_and_commit(
         tp = (st.topic, st.partition)
         fs = plans[tp]
         writer_epoch = st.writer_epoch
+        # The claim is given up in the partition's last entry of the run (its reconcile,
+        # or its advance), not in an entry of its own: one object write per partition
+        # less. Whatever that entry does not release (it was rejected, or never written),
+        # the separate release in ``finally`` does.
+        released_by_entry = False
         try:
             bad = [by_key[f.key] for f in fs if "error" in by_key[f.key]]
             if bad:
@@ -277,14 +283,21 @@ def _build_and_commit(
                 keys = tuple(f.key for f in fs)
                 crcs = tuple(by_key[f.key]["l1_crc32c"] for f in fs)
 
-                def entry(fresh: sm.PartitionState) -> Reconcile:
-                    return Reconcile(through, last, keys, sm.allowed_lower_bound(fresh, through), writer_epoch, crcs)
+                def entry(fresh: sm.PartitionState, release: str | None = None) -> Reconcile:
+                    bound = sm.allowed_lower_bound(fresh, through)
+                    return Reconcile(through, last, keys, bound, writer_epoch, crcs, release)
 
-                out = log.append(st, entry).outcome
+                # Release here unless an advance should follow (as far as the state at
+                # the claim tells: if a producer wrote since, the advance is refused and
+                # the separate release runs, or it is left for the next run).
+                then = sm.apply(st, st.applied_offset + 1, entry(st))
+                release = None if then.rejected is None and _advance_due(then.state, c, config) else owner
+                out = log.append(st, lambda fresh: entry(fresh, release)).outcome
                 if out.rejected is not None:
                     reports.set(tp, status=_verdict_status(out.rejected), reason=str(out.rejected))
                     return
                 st = out.state
+                released_by_entry = release is not None
                 reports.set(
                     tp,
                     status="reconciled",
@@ -294,11 +307,11 @@ def _build_and_commit(
                     l1_files=keys,
                 )
                 crashpoints.reached("after_commit", index)
-            assert st.min_epoch_lower_bound is not None and st.max_applied_epoch is not None  # claimed: initialized
-            if not st.pending and c - st.min_epoch_lower_bound >= config.idle_lag and c >= st.max_applied_epoch:
-                out = log.append(st, lambda _s: Advance(c, writer_epoch)).outcome
+            if not released_by_entry and _advance_due(st, c, config):
+                out = log.append(st, lambda _s: Advance(c, writer_epoch, owner)).outcome
                 if out.rejected is None:
                     st = out.state
+                    released_by_entry = True
                     if reports[tp].status == "idle":
                         reports.set(tp, status="advanced")
                 # A rejected advance means a producer wrote meanwhile: next run.
@@ -308,7 +321,8 @@ def _build_and_commit(
             reports.set(tp, status="error", reason=str(e))
         finally:
             try:
-                st = log.release(st, owner, writer_epoch).outcome.state
+                if not released_by_entry:
+                    st = log.release(st, owner, writer_epoch).outcome.state
                 released.add((st.topic, st.partition))
             except CtpError:
                 pass  # released by the run's own finally, or the lease runs out
@@ -319,7 +333,7 @@ def _build_and_commit(
                 done[0] += 1
                 on_progress("commit", done[0], len(claimed))
 
-    _pmap(commit, list(enumerate(claimed)), config.threads)
+    _pmap(commit, list(enumerate(claimed)), _write_threads(store, config))
 
 
 T = TypeVar("T")
@@ -328,6 +342,18 @@ U = TypeVar("U")
 
 def _verdict_status(e: Exception) -> str:
     return "fenced" if getattr(e, "code", "") in ("writer_fenced", "unknown_writer_epoch") else "error"
+
+
+def _advance_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:
+    """R6: ``s`` is caught up and its lower bound trails C by ``idle_lag`` or more."""
+    assert s.min_epoch_lower_bound is not None and s.max_applied_epoch is not None  # claimed: initialized
+    return not s.pending and c - s.min_epoch_lower_bound >= config.idle_lag and c >= s.max_applied_epoch
+
+
+def _write_threads(store: ObjectStore, config: ReconcileSettings) -> int:
+    """Claims and commits in flight: the setting, capped by what the store gains from
+    (:attr:`ObjectStore.write_concurrency`)."""
+    return max(1, min(config.threads, getattr(store, "write_concurrency", config.threads)))
 
 
 def _pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:

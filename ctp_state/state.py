@@ -473,6 +473,7 @@ def _apply_reconcile(s: PartitionState, offset: int, e: Reconcile) -> PartitionS
     return evolve(
         s,
         applied_offset=offset,
+        holders=_released(s, e.release_owner, e.writer_epoch, "reconcile"),
         last_reconciled_log_offset=e.through_log_offset,
         last_reconciled_offset=e.last_record_offset,
         min_epoch_lower_bound=e.min_epoch_lower_bound,
@@ -523,6 +524,7 @@ def _apply_advance(s: PartitionState, offset: int, e: Advance) -> PartitionState
     return evolve(
         s,
         applied_offset=offset,
+        holders=_released(s, e.release_owner, e.writer_epoch, "advance"),
         max_applied_epoch=e.epoch,
         previous_applied_epoch=e.epoch,
         epoch_window_offset=offset,
@@ -570,12 +572,25 @@ def _apply_claim(s: PartitionState, offset: int, e: Claim) -> PartitionState:
 
 
 def _apply_release(s: PartitionState, offset: int, e: Release) -> PartitionState:
-    kept = tuple(h for h in s.holders if not (h.owner == e.owner and h.writer_epoch == e.writer_epoch))
+    return evolve(s, applied_offset=offset, holders=_released(s, e.owner, e.writer_epoch, "release"))
+
+
+def _released(s: PartitionState, owner: str | None, writer_epoch: int, what: str) -> tuple[Holder, ...]:
+    """The holders once ``owner`` gives up its claim under ``writer_epoch`` (all of them
+    when ``owner`` is None: the entry releases nothing). The whole entry is rejected if
+    that claim is not held: a reconcile or advance naming the wrong owner changes
+    nothing, as such a release would not."""
+    if owner is None:
+        return s.holders
+    kept = tuple(h for h in s.holders if not (h.owner == owner and h.writer_epoch == writer_epoch))
     if len(kept) == len(s.holders):
         raise InvalidTransition(
-            s.topic, s.partition, f"release by {e.owner!r} of writer epoch {e.writer_epoch}, which it does not hold"
+            s.topic,
+            s.partition,
+            f"release by {owner!r} of writer epoch {writer_epoch}, which it does not hold"
+            + ("" if what == "release" else f" (in a {what} entry)"),
         )
-    return evolve(s, applied_offset=offset, holders=kept)
+    return kept
 
 
 def end_offset_of_writer_epoch(s: PartitionState, writer_epoch: int) -> int:

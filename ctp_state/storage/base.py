@@ -60,6 +60,12 @@ class ObjectStore(ABC):
     #: through one pool thread, 2.8 s through 32).
     delete_concurrency: int = 64
     read_concurrency: int = 64
+    #: Small writes (state-log appends, snapshots) worth having in flight at once: the
+    #: reconciler's claims and commits. A file store's gain from threads is overlapping
+    #: fsync waits; past a few, threads only contend for the GIL (measured over 64
+    #: partitions after a 1 GiB build: the commit phase took 0.28 s on 1-4 threads,
+    #: 0.37 s on 16 without fsync; 0.33 s on 4, 0.45 s on 1, 0.39 s on 16 with it).
+    write_concurrency: int = 64
 
     @abstractmethod
     def get(self, key: str) -> bytes:

@@ -25,6 +25,7 @@ class LocalStore(ObjectStore):
 
     delete_concurrency = 1  # see ObjectStore.delete_concurrency
     read_concurrency = 1
+    write_concurrency = 4
 
     def __init__(self, root: str, *, fsync: bool = True, create: bool = True):
         if not os.path.isabs(root):

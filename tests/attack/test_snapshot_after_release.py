@@ -184,7 +184,8 @@ def test_lapsed_reconciler_fenced_commit_and_rejected_release_snapshot_the_log(f
 
 
 class ReleaseFaults(Wrapped):
-    """The create of a ``release`` entry persists, then its response is lost; with
+    """The create of an entry that releases a claim (a ``release``, or a reconcile or
+    advance with ``release_owner``) persists, then its response is lost; with
     ``unreachable`` every later request on that partition's log fails for ``for_s``
     seconds, so the release's outcome stays unknown to the run."""
 
@@ -202,7 +203,7 @@ class ReleaseFaults(Wrapped):
         if self._blocked(k):
             raise StoreError(f"connection refused for {k!r}")
         self.inner.put_if_absent(k, d)
-        if b'"kind":"release"' in d:
+        if b'"kind":"release"' in d or b'"release_owner"' in d:
             with self.lock:
                 if self.fired < self.times:
                     self.fired += 1

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctp_state import codec, l0, validate
 from ctp_state import entries as en
-from ctp_state import l0, validate
 from ctp_state.entries import Init, Placeholder
 from ctp_state.errors import (
     CorruptData,
@@ -114,8 +114,9 @@ def test_an_entry_whose_bytes_changed_fails_its_checksum_naming_the_key():
         (b'{"v":1,"kind":"init","epoch":"7"}', "must be an integer"),
         (b'{"v":1,"kind":"bogus"}', "unknown entry kind"),
         (b'{"v":1,"kind":"init","epoch":1,"extra":2}', "unknown fields"),
-        (b'{"v":3,"kind":"init","epoch":1}', "entry version 3 is not supported"),
+        (b'{"v":4,"kind":"init","epoch":1}', "entry version 4 is not supported"),
         (b'{"v":2,"kind":"init","epoch":1}', "version 2 entry has no checksum"),
+        (b'{"v":3,"kind":"advance","epoch":1,"writer_epoch":1,"release_owner":"r"}', "version 3 entry has no checksum"),
         (b'{"v":1,"kind":"init","epoch":1,"crc":"00000000"}', "fails its CRC32C check"),
         (b'{"v":1,"kind":"init","epoch":1000000000000000000}', "epoch must be in"),
         (b'{"kind":"init","epoch":1}', "entry version None is not supported"),
@@ -126,6 +127,33 @@ def test_malformed_or_unknown_version_entries_are_refused_naming_the_key(raw, ma
         en.decode(raw, "logs/t/000000/00000000000000000003.json")
     assert "logs/t/000000/00000000000000000003.json" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_a_releasing_entry_is_version_3_and_reads_back_and_its_field_is_checked():
+    """A reconcile or advance that also releases its claim is written as version 3
+    (a ctp that predates it refuses it by version); every other entry stays version 2.
+    Version 3 without ``release_owner``, ``release_owner`` on a version 2 entry or on
+    another kind, and an empty owner are refused, naming the key."""
+    key = "logs/t/000000/00000000000000000003.json"
+    rec = en.Reconcile(4, 9, ("l1/t/000000/00000000000000000000-00000000000000000009.parquet",), 2, 1, (5,), "r:1")
+    adv = en.Advance(3, 1, "r:1")
+    for entry in (rec, adv):
+        data = en.encode(entry)
+        assert codec.unseal(data, key, "entry")["v"] == 3
+        assert en.decode(data, key) == entry
+    plain = en.Advance(3, 1)
+    assert codec.unseal(en.encode(plain), key, "entry")["v"] == 2 and en.decode(en.encode(plain), key) == plain
+    for body, match in [
+        ({"v": 3, "kind": "advance", "epoch": 3, "writer_epoch": 1}, "releases no claim"),
+        ({"v": 2, "kind": "advance", "epoch": 3, "writer_epoch": 1, "release_owner": "r"}, "unknown fields"),
+        ({"v": 3, "kind": "claim", "writer_epoch": 1, "owner": "r", "mode": "exclusive", "lease_until_ms": 1,
+          "now_ms": 0, "release_owner": "r"}, "unknown fields"),
+        ({"v": 3, "kind": "advance", "epoch": 3, "writer_epoch": 1, "release_owner": ""}, "non-empty string"),
+        ({"v": 3, "kind": "advance", "epoch": 3, "writer_epoch": 1, "release_owner": 7}, "non-empty string"),
+    ]:  # fmt: skip
+        with pytest.raises(CorruptData, match=match) as e:
+            en.decode(codec.seal(body), key)
+        assert key in str(e.value)
 
 
 def test_reading_a_log_with_an_unknown_version_entry_stops_at_that_key(store):

@@ -179,8 +179,8 @@ def test_lost_response_retry_does_not_duplicate_the_entry(store):
 def test_a_reconcile_leaves_a_snapshot_at_the_log_end_of_every_partition_it_claimed(store):
     """Readers (the GC's M over every partition) replay no tail after a reconcile run:
     it snapshots the state it holds after its release. Without that, each idle advance
-    (claim, advance, release) grows every partition's tail by three entries up to
-    ``snapshot_every`` and M at 100k partitions replays millions of entries."""
+    (claim, then an advance that releases) grows every partition's tail by two entries
+    up to ``snapshot_every`` and M at 100k partitions replays millions of entries."""
     from ctp_state.reconcile import run_reconcile
     from ctp_state.settings import ReconcileSettings
 
@@ -192,11 +192,50 @@ def test_a_reconcile_leaves_a_snapshot_at_the_log_end_of_every_partition_it_clai
     for p in range(4):
         log = PartitionLog(store, "t", p, write_snapshots=False)
         end = max(layout.log_offset_of(o.key, log.prefix) for o in store.list(log.prefix))
-        assert end == 3  # init, claim, advance, release
+        assert end == 2  # init, claim, advance (releasing the claim)
         counting = CountingStore(store)
         PartitionLog(counting, "t", p, write_snapshots=False).read_state()
         assert log.read_snapshot().applied_offset == end
         assert counting.counts == {"get": 1, "list": 1}  # the snapshot, and a listing with no tail
+
+
+def _kinds(store, topic: str, p: int) -> list[tuple[str, bool]]:
+    """Each entry of a log: its kind, and whether it releases a claim."""
+    from ctp_state import entries as en
+
+    log = PartitionLog(store, topic, p, write_snapshots=False)
+    return [
+        (e.kind, isinstance(e, en.Release) or getattr(e, "release_owner", None) is not None) for _, e in log.entries()
+    ]
+
+
+def test_a_reconcile_run_releases_each_claim_in_the_partitions_last_entry(store):
+    """A run writes per partition its claim and one more entry, which also releases the
+    claim: the reconcile, or the advance (idle, or caught up and behind C after the
+    reconcile). A separate release only where neither landed (a quarantined partition).
+    Every claim is released; later runs claim again at once."""
+    from ctp_state.reconcile import run_reconcile
+    from tests.support import corrupt_chunk, produce_rounds
+
+    claim, release = ("claim", False), ("release", True)
+    produce_rounds(store, "busy", partitions=1, rounds=1, per=5)  # C moves by 1: no advance after
+    run_reconcile(store, topics=["busy"])
+    assert _kinds(store, "busy", 0)[2:] == [claim, ("reconcile", True)]
+    create_topic(store, "idle", 1)
+    produce_rounds(store, "behind", partitions=1, rounds=1, per=5)
+    produce_rounds(store, "bad", partitions=1, rounds=1, per=5)
+    corrupt_chunk(store, "bad", 0)  # its chunk fails its CRC32C: quarantined
+    for _ in range(3):
+        ClusterEpoch(store).advance()
+    s = run_reconcile(store, topics=["idle", "behind", "bad"])
+    assert (s.partitions_advanced, s.partitions_reconciled, s.partitions_quarantined) == (1, 1, 1), s
+    assert _kinds(store, "idle", 0)[1:] == [claim, ("advance", True)]
+    assert _kinds(store, "behind", 0)[2:] == [claim, ("reconcile", False), ("advance", True)]
+    assert _kinds(store, "bad", 0)[2:] == [claim, release]
+    for t in ("busy", "idle", "behind", "bad"):
+        assert PartitionLog(store, t, 0).read_state().holders == (), t
+    again = run_reconcile(store, topics=["busy"])  # claimable at once, and now behind C
+    assert again.partitions_claim_held == 0 and again.partitions_advanced == 1, again
 
 
 def test_topic_create_reports_progress_as_the_inits_land(store):

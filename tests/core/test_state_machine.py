@@ -245,6 +245,35 @@ def test_release_of_a_claim_not_held_is_invalid():
     assert isinstance(log.add(Release("ghost", 1)).rejected, InvalidTransition)
 
 
+def test_a_reconcile_or_advance_may_release_its_claim_in_the_same_entry():
+    """``release_owner``: the entry takes effect and the claim is gone, as with a
+    Release right after it. Naming an owner that does not hold the claim rejects the
+    whole entry (the reconcile does not take effect either), and the claim stays."""
+    log = Log()
+    log.claim("rec")
+    log.add(ph(6, n=2))
+    s = log.state
+    key = layout.l1_key(T, P, 0, 1)
+    wrong = log.add(Reconcile(s.applied_offset, 1, (key,), 5, 1, (), "someone-else"))
+    assert isinstance(wrong.rejected, InvalidTransition) and "which it does not hold" in str(wrong.rejected)
+    assert log.state.pending and [h.owner for h in log.state.holders] == ["rec"]
+    out = log.add(Reconcile(s.applied_offset, 1, (key,), 5, 1, (), "rec"))
+    assert out.accepted and not log.state.pending and log.state.holders == ()
+    assert log.state.l1_ends == (1,)
+    # the claim is gone: a second reconcile or advance under it is refused
+    assert isinstance(log.add(Advance(9, 1)).rejected, InvalidTransition)
+    log.claim("rec", now=10)
+    adv = log.add(Advance(9, 2, "rec"))
+    assert adv.accepted and log.state.holders == () and log.state.min_epoch_lower_bound == 9
+    # both forms replay to the same state as the entries with a separate release
+    two = Log()
+    two.claim("rec")
+    two.add(ph(6, n=2))
+    two.add(Reconcile(s.applied_offset, 1, (key,), 5, 1))
+    two.add(Release("rec", 1))
+    assert two.state.holders == () and two.state.l1_ends == (1,) and two.state.pending == ()
+
+
 def test_reconcile_needs_the_exclusive_claim():
     log = Log()
     log.claim("p", AccessMode.SHARED)
