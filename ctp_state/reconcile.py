@@ -213,7 +213,7 @@ def run_reconcile(
 def _snapshot(store: ObjectStore, topic: str, partition: int) -> None:
     """Leave a snapshot at the log end the run reached, so every reader after it (the
     GC's M over all partitions above all) replays no tail: an idle advance alone adds
-    three entries (claim, advance, release) a run. The state is read back from the
+    two entries (a claim, an advance that releases it) a run. The state is read back from the
     store, never taken from memory: a snapshot vouches only for entries whose stored
     bytes were decoded (an entry the store kept torn stops this read, and the GC, as it
     would without the snapshot). Best effort, as every snapshot (a cache of the log)."""
