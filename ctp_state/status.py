@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ctp_state import layout
 from ctp_state import state as sm
 from ctp_state.errors import CtpError, TopicNotFound
-from ctp_state.log import PartitionLog
+from ctp_state.log import DEFAULT_SNAPSHOT_EVERY, PartitionLog
 from ctp_state.records import HolderFacts, PartitionFacts, ReconcileSummary
 from ctp_state.sequence import DenseSequence
 from ctp_state.storage import ObjectStore
@@ -49,13 +49,16 @@ def try_read_partition_states(
     partitions: list[tuple[str, int]],
     *,
     threads: int = 32,
+    snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
 ) -> tuple[list[sm.PartitionState | None], list[tuple[str, int, str]]]:
     """Like :func:`read_partition_states`, but a partition that does not read is
-    reported as ``(topic, partition, why)`` (its slot is None) instead of raising."""
+    reported as ``(topic, partition, why)`` (its slot is None) instead of raising.
+    A partition whose tail (entries after its snapshot) is ``snapshot_every`` or longer
+    gets a new snapshot, as any reader writes one."""
 
     def one(job: tuple[str, int]) -> sm.PartitionState | str:
         try:
-            return PartitionLog(store, *job).read_state()
+            return PartitionLog(store, *job, snapshot_every=snapshot_every).read_state()
         except CtpError as e:
             return str(e)
 

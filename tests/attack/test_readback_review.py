@@ -106,6 +106,32 @@ def test_an_entry_torn_after_the_start_read_is_not_certified_by_the_read_back(fs
     assert snap_offset(store, "t", 0) < 2
 
 
+def test_an_entry_torn_after_the_start_snapshot_covered_it_is_found_by_verify(fstore, gate):
+    """A's long-tail variant. The tail (init + 12 placeholders) reaches
+    ``START_SNAPSHOT_TAIL``, so the run-start read writes a snapshot -- from bytes it
+    just decoded, as any reader writes one. Placeholder 2 then goes bad while the run
+    builds. The snapshot vouched for bytes that were good when read; what it rests on
+    is now a cache the log cannot rebuild, as for any snapshot of an entry that goes bad
+    later. That is not data loss: the placeholder's records are in L1 and read exactly
+    once, the GC's M comes from the snapshot, and ``verify --deep`` names the torn key
+    for the operator (the failure model's corrupt bytes)."""
+    store = fstore
+    sent = produce_rounds(store, partitions=1, rounds=rc.START_SNAPSHOT_TAIL + 4, per=5)
+    advance(store, 2)
+    torn_key = layout.log_entry("t", 0, 2)
+    assert snap_offset(store, "t", 0) < 0
+    s = run_reconcile(
+        store,
+        config=ReconcileSettings(threads=1),
+        map_files=_building_then(store, lambda: _tear(store, torn_key)),
+    )
+    assert s.partitions_reconciled == 1, s
+    gc_ok(store, gate)
+    assert_exactly_once(store, "t", sent)
+    rep = verify(store, deep=True)
+    assert torn_key in {f.key for f in rep.errors}, rep.errors
+
+
 # --- B. the run-start snapshot repaired (deleted) by an operator while the run builds ------------
 
 

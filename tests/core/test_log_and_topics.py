@@ -238,6 +238,42 @@ def test_a_reconcile_run_releases_each_claim_in_the_partitions_last_entry(store)
     assert again.partitions_claim_held == 0 and again.partitions_advanced == 1, again
 
 
+def test_a_reconcile_run_decodes_each_log_entry_once_when_the_tail_is_long(store):
+    """A partition with a long tail (no snapshot, 12 placeholders): the run-start read
+    snapshots it, so the read-back before the run's own snapshot decodes only the
+    entries the run wrote. Every entry is fetched once in the run; with a short tail
+    (below ``START_SNAPSHOT_TAIL``) the start read writes nothing and the read-back
+    reads the tail again."""
+    from ctp_state.reconcile import START_SNAPSHOT_TAIL, run_reconcile
+    from ctp_state.settings import ReconcileSettings
+    from tests.support import Wrapped, produce_rounds
+
+    class PerKey(Wrapped):
+        def __init__(self, inner):
+            super().__init__(inner)
+            self.gets: dict[str, int] = {}
+            self.lock = threading.Lock()
+
+        def get(self, k):
+            with self.lock:
+                self.gets[k] = self.gets.get(k, 0) + 1
+            return self.inner.get(k)
+
+    produce_rounds(store, "long", partitions=1, rounds=START_SNAPSHOT_TAIL + 4, per=2)
+    produce_rounds(store, "short", partitions=1, rounds=2, per=2)
+    counting = PerKey(store)
+    s = run_reconcile(counting, config=ReconcileSettings(threads=2))
+    assert s.partitions_reconciled == 2, s
+    for topic, tail, twice in (("long", START_SNAPSHOT_TAIL + 5, 0), ("short", 3, 3)):
+        log = PartitionLog(store, topic, 0, write_snapshots=False)
+        end = max(layout.log_offset_of(o.key, log.prefix) for o in store.list(log.prefix))
+        assert end >= tail + 1  # init + placeholders, then the claim and the run's commit
+        reads = {k: n for k, n in counting.gets.items() if k.startswith(log.prefix)}
+        assert len(reads) == end + 1, (topic, end, reads)
+        assert sum(1 for n in reads.values() if n > 1) == twice, (topic, reads)
+        assert log.read_snapshot(strict=True).applied_offset == end  # the run's own, at the log end
+
+
 def test_topic_create_reports_progress_as_the_inits_land(store):
     seen: list[tuple[int, int]] = []
     create_topic(store, "big", 1001, on_progress=lambda d, t: seen.append((d, t)))
