@@ -165,7 +165,7 @@ def decode(data: bytes, key: str) -> Entry:
     names = {f.name for f in fields(cls)}
     if version != RELEASING_ENTRY_VERSION:
         names.discard("release_owner")
-    elif "release_owner" not in body:
+    elif body.get("release_owner") is None:
         raise CorruptData(key, f"version {version} {kind} entry releases no claim (release_owner is missing)")
     extra = set(body) - names
     if extra:
