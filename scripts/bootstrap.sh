@@ -36,6 +36,7 @@ fi
 stamp="$venv/.ctp-install-stamp"
 want="$(cat "$repo/pyproject.toml" "$repo/scripts/bootstrap.sh" | sha256sum | cut -d' ' -f1)"
 check='import ctp_state, pyspark, airflow, great_expectations, moto, boto3
+from ctp_state.local_s3 import weed_binary; weed_binary()
 assert pyspark.__version__ == "'$PYSPARK_VERSION'", "pyspark is " + pyspark.__version__'
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
   exit 0

@@ -21,7 +21,7 @@ ruff format --check --quiet .
 mypy
 set +e
 # Two workers (pytest-xdist; CTP_TEST_WORKERS=0 runs in this process): most tests
-# wait on Spark, Airflow, moto or killed processes, so two share the two cores well.
+# wait on Spark, Airflow, the S3 server or killed processes, so two share the two cores well.
 python -m pytest -n "${CTP_TEST_WORKERS:-2}" "$@"
 rc=$?
 set -e

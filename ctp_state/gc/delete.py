@@ -169,9 +169,9 @@ def check_epoch_dirs(store: ObjectStore, prefix: str) -> list[int]:
         name = d[len(prefix) :].rstrip("/")
         if len(name) != 18 or not name.isdigit() or not name.isascii():
             first = next(iter(store.list(d)), None)
-            raise CorruptData(
-                first.key if first else d, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0"
-            )
+            if first is None:
+                continue  # an emptied directory some servers (SeaweedFS) keep listing: no key, nothing wrong
+            raise CorruptData(first.key, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0")
         epochs.append(int(name))
     return epochs
 
@@ -201,9 +201,9 @@ def plan_l0_deletes(
     for p in prefixes:
         if not layout.is_spread_prefix(p):
             first = next(iter(store.list(p)), None)
-            raise CorruptData(
-                first.key if first else p, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0"
-            )
+            if first is None:
+                continue  # an emptied directory (see ObjectStore.list_level)
+            raise CorruptData(first.key, "key under the L0 root does not parse as l0/<spread>/<epoch>/<id>.l0")
     limiter = Aimd(1)
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(prefixes) or 1))) as pool:
         scans = list(pool.map(lambda p: scan_prefix(store, p, m, lister=bulk, limiter=limiter), prefixes))

@@ -99,7 +99,11 @@ class ObjectStore(ABC):
     @abstractmethod
     def list_level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[ObjectInfo]]:
         """One level under ``prefix`` (which ends in '/'): the next-level "directories"
-        (each ending in '/') and the objects directly at this level, in key order."""
+        (each ending in '/') and the objects directly at this level, in key order.
+
+        A directory may still be listed after its last object was deleted (SeaweedFS
+        keeps emptied directories; AWS S3 and the file store do not): a caller treats a
+        directory that lists no key as absent."""
 
     def list_prefixes(self, prefix: str) -> builtins.list[str]:
         return self.list_level(prefix)[0]

@@ -14,6 +14,11 @@ from ctp_state.errors import ConfigError, KeyExists, ObjectNotFound, StoreError
 from ctp_state.storage.base import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, ObjectStore, check_key
 from ctp_state.storage.settings import S3Settings, redact_url
 
+#: What a server answers to a request signed with a wrong or unknown key.
+_REFUSED_CREDENTIALS = frozenset(
+    {"SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "ExpiredToken", "InvalidToken", "403"}
+)
+
 
 class S3Store(ObjectStore):
     """A store under ``s3://bucket/prefix`` through boto3: AWS S3, MinIO, or any server
@@ -41,7 +46,13 @@ class S3Store(ObjectStore):
 
     def _fail(self, op: str, key: str, err: Exception) -> StoreError:
         code = self._code(err)
-        return StoreError(f"S3 {op} of {key!r} in {self.url} failed: {code or err}", code)
+        hint = ""
+        if code in _REFUSED_CREDENTIALS:
+            hint = " (the server refused the credentials: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or the Airflow connection)"
+        elif type(err).__name__ == "NoCredentialsError":
+            hint = " (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or an Airflow connection)"
+        # Neither the code nor botocore's messages carry a credential.
+        return StoreError(f"S3 {op} of {key!r} in {self.url} failed: {code or err}{hint}", code)
 
     def get(self, key: str) -> bytes:
         try:
@@ -103,12 +114,17 @@ class S3Store(ObjectStore):
         if start_after:
             kwargs["StartAfter"] = self.prefix + start_after
         n = len(self.prefix)
+        previous = (self.prefix + start_after).encode() if start_after else b""
         while True:
             try:
                 page = self._s3.list_objects_v2(**kwargs)
             except self._ClientError as e:
                 raise self._fail("LIST", prefix or "/", e) from None
             for obj in page.get("Contents", ()):
+                raw = obj["Key"].encode()
+                if raw <= previous:
+                    raise self._out_of_order(obj["Key"][n:], previous.decode()[n:])
+                previous = raw
                 key = obj["Key"][n:]
                 if end_before is not None and key >= end_before:
                     return  # S3 has no end bound: the first page past it is the last request
@@ -136,8 +152,23 @@ class S3Store(ObjectStore):
                 for o in page.get("Contents", ())
             )
             if not page.get("IsTruncated"):
+                # Some servers (SeaweedFS) order one level by name without the trailing
+                # '/', so 'a/' before 'a-b/'; a level is in memory anyway: sort it here.
+                dirs.sort(key=str.encode)
+                files.sort(key=lambda o: o.key.encode())
                 return dirs, files
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def _out_of_order(self, key: str, after: str) -> StoreError:
+        """S3 lists keys in UTF-8 byte order and ctp relies on it (a bounded listing
+        stops at its bound). Some servers walk a directory tree instead and list 'a/x'
+        before 'a-b/x'; never follow such a listing silently."""
+        return StoreError(
+            f"the S3 server of {self.url} listed {key!r} after {after!r}: it does not list keys "
+            "in byte order, which ctp needs (keys whose names differ only by a character "
+            "that sorts before '/' under one prefix)",
+            "ListOrder",
+        )
 
     def _delete_batch(self, keys: builtins.list[str]) -> DeleteResult:
         assert len(keys) <= MAX_DELETE_BATCH
