@@ -1,7 +1,9 @@
-"""Shared fixtures: a real moto S3 server over HTTP, and stores on both backends."""
+"""Shared fixtures: a real S3 server (SeaweedFS) over HTTP, moto's emulator for the
+store contract, and stores on both backends (local filesystem and S3)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+from ctp_state.local_s3 import LocalS3, free_ports
 from ctp_state.storage import ObjectStore, S3Settings, open_store
 from tests.s3_fault_proxy import S3FaultProxy
 
@@ -26,23 +29,18 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class MotoServer:
-    """moto's S3 server (with atomic conditional writes, see tests/s3_server.py) as a
-    separate process on 127.0.0.1, reached over HTTP."""
+    """moto's S3 server (``moto_server``) as a separate process on 127.0.0.1, reached over
+    HTTP: the emulator, kept beside the real server for the store contract (so a
+    difference between S3 implementations is a failing test) and for what only an
+    emulator gives. Its conditional writes are not atomic under its threaded server:
+    nothing races on it."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_ports(1)[0]
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        # moto's app behind a lock for writes: conditional PUTs are atomic, as on S3.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.s3_server", "-H", "127.0.0.1", "-p", str(self.port)],
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -66,10 +64,10 @@ class MotoServer:
             "AWS_DEFAULT_REGION": "us-east-1",
         }
 
-    def new_bucket(self) -> str:
-        name = "ctp-" + uuid.uuid4().hex[:20]
-        S3Settings.from_env(self.env).client().create_bucket(Bucket=name)
-        return name
+    def url(self, name: str = "ctp") -> str:
+        bucket = "ctp-" + uuid.uuid4().hex[:20]
+        S3Settings.from_env(self.env).client().create_bucket(Bucket=bucket)
+        return f"s3://{bucket}/{name}"
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -79,20 +77,39 @@ class MotoServer:
             self.proc.kill()
 
 
+@contextlib.contextmanager
+def exported(env: dict[str, str]) -> Iterator[None]:
+    """``env`` in this process's environment while the block runs, as it would be on a
+    worker (Spark workers and child processes inherit it)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
+    """The suite's S3 server: SeaweedFS (a real S3 implementation, atomic conditional
+    writes, SigV4 enforced) on loopback with generated credentials, one per test
+    process; its settings exported to this process's environment."""
+    with LocalS3(tmp_path_factory.mktemp("seaweedfs")) as server, exported(server.env):
+        yield server
+
+
 @pytest.fixture(scope="session")
 def moto() -> Iterator[MotoServer]:
-    """The S3 server, its endpoint and credentials exported to this process's
-    environment, as they would be on a worker (Spark workers inherit them)."""
+    """moto's S3 server: only for the store contract and what only an emulator gives."""
     server = MotoServer()
-    saved = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)
-    yield server
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    server.stop()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -101,8 +118,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[tuple[str, d
     if request.param == "file":
         yield f"file://{tmp_path}/store", {}
     else:
-        moto: MotoServer = request.getfixturevalue("moto")
-        yield f"s3://{moto.new_bucket()}/ctp-test", moto.env
+        server: LocalS3 = request.getfixturevalue("s3_server")
+        yield server.url("ctp-test"), server.env
 
 
 @pytest.fixture
@@ -133,19 +150,19 @@ def subprocess_env(store_url) -> dict[str, str]:
 
 
 @pytest.fixture
-def fault_proxy(moto: MotoServer) -> Iterator[S3FaultProxy]:
-    """A fault-injecting proxy in front of the session's moto server, fresh per test
+def fault_proxy(s3_server: LocalS3) -> Iterator[S3FaultProxy]:
+    """A fault-injecting proxy in front of the session's S3 server, fresh per test
     (no rules, zeroed counters)."""
-    with S3FaultProxy(moto.endpoint) as proxy:
+    with S3FaultProxy.for_server(s3_server) as proxy:
         yield proxy
 
 
 @pytest.fixture
-def fault_env(moto: MotoServer, fault_proxy: S3FaultProxy) -> dict[str, str]:
-    """``moto.env`` with ``CTP_S3_ENDPOINT_URL`` pointing at ``fault_proxy``."""
-    return proxy_env(moto, fault_proxy)
+def fault_env(s3_server: LocalS3, fault_proxy: S3FaultProxy) -> dict[str, str]:
+    """``s3_server.env`` with ``CTP_S3_ENDPOINT_URL`` pointing at ``fault_proxy``."""
+    return proxy_env(s3_server, fault_proxy)
 
 
-def proxy_env(moto: MotoServer, proxy: S3FaultProxy, **extra: str) -> dict[str, str]:
-    """A copy of ``moto.env`` that reaches S3 through ``proxy``, plus ``extra``."""
-    return {**moto.env, "CTP_S3_ENDPOINT_URL": proxy.endpoint, **extra}
+def proxy_env(server: LocalS3 | MotoServer, proxy: S3FaultProxy, **extra: str) -> dict[str, str]:
+    """A copy of ``server.env`` that reaches S3 through ``proxy``, plus ``extra``."""
+    return {**server.env, "CTP_S3_ENDPOINT_URL": proxy.endpoint, **extra}

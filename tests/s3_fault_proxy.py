@@ -1,4 +1,5 @@
-"""A fault-injecting S3 reverse proxy for tests, between boto3 and moto on loopback.
+"""A fault-injecting S3 reverse proxy for tests, between boto3 and an S3 server on loopback
+(SeaweedFS, or moto's emulator).
 
 Faults are injected at the network level (a real 503 on the wire, a real TCP reset, a
 write that reaches the server whose response is lost), so the code under test meets
@@ -13,7 +14,11 @@ an ``x-amz-checksum-crc32`` header; ``delete_objects`` likewise with a
 ``Content-Length`` XML body and ``x-amz-checksum-crc32`` (no ``Content-MD5``). Over
 ``https://`` botocore moves the checksum of a streaming upload into a trailer:
 ``Transfer-Encoding: chunked`` wrapping a ``Content-Encoding: aws-chunked`` body. The
-proxy forwards a chunked body byte for byte, so both framings reach moto unchanged.
+proxy forwards a chunked body byte for byte, so both framings reach the server unchanged.
+
+A request the proxy rewrites (a DeleteObjects body with keys withheld) is signed again
+with the server's credentials when the proxy has them (:meth:`S3FaultProxy.for_server`):
+a real server checks SigV4 signatures, which cover the body's hash.
 """
 
 from __future__ import annotations
@@ -119,8 +124,17 @@ class S3FaultProxy:
     ``connections`` counts client connections accepted (keep-alive keeps it low).
     """
 
-    def __init__(self, upstream_endpoint: str, seed: int = 0, log_size: int = 1000):
+    def __init__(
+        self,
+        upstream_endpoint: str,
+        seed: int = 0,
+        log_size: int = 1000,
+        credentials: tuple[str, str] | None = None,
+        region: str = "us-east-1",
+    ):
         up = urlsplit(upstream_endpoint)
+        self.credentials = credentials
+        self.region = region
         if up.scheme != "http" or up.hostname not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError(f"upstream must be an http:// loopback endpoint, got {upstream_endpoint!r}")
         self.upstream = (up.hostname, up.port or 80)
@@ -134,6 +148,14 @@ class S3FaultProxy:
         self._conns: set[socket.socket] = set()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def for_server(cls, server: object, seed: int = 0) -> S3FaultProxy:
+        """A proxy in front of a test server (anything with ``endpoint`` and ``env``),
+        holding its credentials to sign rewritten requests again."""
+        env: dict[str, str] = server.env  # type: ignore[attr-defined]
+        creds = (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
+        return cls(server.endpoint, seed=seed, credentials=creds)  # type: ignore[attr-defined]
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -249,8 +271,8 @@ def _b64(digest: bytes) -> str:
 def _rewritten_headers(headers: list[tuple[str, str]], body: bytes) -> list[tuple[str, str]]:
     """Headers for a rewritten body: length and every digest recomputed, digests the
     stdlib cannot compute (CRC32C, CRC64NVME) dropped with their algorithm header.
-    moto 5 checks none of them, real S3 checks all; the SigV4 signature (which covers
-    ``x-amz-content-sha256``) is left stale: moto does not verify signatures."""
+    moto 5 checks none of them, real S3 checks all. The SigV4 signature (which covers
+    ``x-amz-content-sha256``) is left stale here: :func:`_resigned` renews it."""
     digests = {
         "content-md5": lambda: _b64(hashlib.md5(body).digest()),
         "x-amz-checksum-crc32": lambda: _b64(struct.pack(">I", zlib.crc32(body))),
@@ -273,6 +295,26 @@ def _rewritten_headers(headers: list[tuple[str, str]], body: bytes) -> list[tupl
         out.append((k, v))
     out.append(("Content-Length", str(len(body))))
     return out
+
+
+def _resigned(
+    headers: list[tuple[str, str]], method: str, path: str, body: bytes, credentials: tuple[str, str], region: str
+) -> list[tuple[str, str]]:
+    """``headers`` with a fresh SigV4 signature over ``body`` (botocore's own signer)."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    host = next(v for k, v in headers if k.lower() == "host")
+    stale = {"authorization", "x-amz-date", "x-amz-content-sha256", "x-amz-security-token"}
+    req = AWSRequest(
+        method=method,
+        url=f"http://{host}{path}",
+        data=body,
+        headers={k: v for k, v in headers if k.lower() not in stale},
+    )
+    S3SigV4Auth(Credentials(*credentials), "s3", region).add_auth(req)
+    return list(req.headers.items())
 
 
 def _parse_delete(body: bytes) -> tuple[list[tuple[str, str | None]], bool]:
@@ -441,9 +483,14 @@ class _Handler(BaseHTTPRequestHandler):
         per-key InternalError entries (S3 reports errors in Quiet mode too)."""
         withheld = [o for o in objs if rule.key_regex is None or rule.key_regex.search(o[0])]
         kept = [o for o in objs if o not in withheld]
-        if kept:  # moto answers MalformedXML to an empty <Delete>: don't send one
+        if kept:  # servers answer MalformedXML to an empty <Delete>: don't send one
             new_body = _delete_xml(kept, quiet)
-            resp = self._forward("POST", _rewritten_headers(headers, new_body), new_body)
+            new_headers = _rewritten_headers(headers, new_body)
+            if self.proxy.credentials is not None:
+                new_headers = _resigned(
+                    new_headers, "POST", self.path, new_body, self.proxy.credentials, self.proxy.region
+                )
+            resp = self._forward("POST", new_headers, new_body)
             if resp is None:
                 return
             if resp[0] != 200:

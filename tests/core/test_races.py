@@ -1,4 +1,6 @@
-"""Racing real processes against both backends: atomic create, epoch advance, appends."""
+"""Racing real processes against both backends (the local filesystem, and SeaweedFS over
+HTTP with nothing in front of it): atomic create, epoch advance, appends. Each race is
+also run once with create-if-absent replaced by a plain PUT, to show it would catch that."""
 
 from __future__ import annotations
 
@@ -74,3 +76,18 @@ def test_appenders_in_separate_processes_never_lose_or_reorder(store, subprocess
     # Appenders never snapshot (their states hold entries they never read back); a
     # reader that folded the raced log from the store does, at its end.
     assert PartitionLog(store, "race", 0).read_snapshot().applied_offset == per * procs
+
+
+def test_the_races_catch_a_create_if_absent_that_is_a_plain_put(store, subprocess_env):
+    """With ``put_if_absent`` planted as a plain overwrite in every racer, the same races
+    find what the store's atomic create prevents: several winners of one key, and
+    appenders that overwrite each other's log entries."""
+    env = {**subprocess_env, "CTP_SIM_PLANT": "create_is_plain_put"}
+    assert race(env, 8, "put") == ["won"] * 8
+    create_topic(store, "race", 1)
+    per, procs = 12, 4
+    results = race(env, procs, "append", "race", "0", str(per))
+    claimed = [o for r in results for o, _, accepted in r if accepted]
+    assert len(claimed) == per * procs  # every appender was told "accepted"...
+    assert len(set(claimed)) < len(claimed)  # ...for offsets that others were told too
+    assert len(list(PartitionLog(store, "race", 0).entries())) < 1 + per * procs  # entries lost

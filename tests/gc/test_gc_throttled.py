@@ -1,4 +1,4 @@
-"""A whole GC run against S3 that throttles: moto's server behind the fault proxy,
+"""A whole GC run against S3 that throttles: the S3 server behind the fault proxy,
 answering 30% of every request (listings, deletes, state reads, history writes) with
 503 SlowDown on the wire."""
 
@@ -22,9 +22,9 @@ def gate(tmp_path) -> GxGate:
     return GxGate(str(tmp_path / "gx"))
 
 
-def test_a_gc_under_a_store_that_throttles_30_percent_of_requests_completes(moto, fault_proxy, gate):
-    url = f"s3://{moto.new_bucket()}/thr"
-    direct = open_store(url, moto.env)
+def test_a_gc_under_a_store_that_throttles_30_percent_of_requests_completes(s3_server, fault_proxy, gate):
+    url = s3_server.url("thr")
+    direct = open_store(url, s3_server.env)
     ce = ClusterEpoch(direct)
     for _ in range(4):
         ce.advance()  # C = 5, no partitions: M = 4
@@ -35,7 +35,7 @@ def test_a_gc_under_a_store_that_throttles_30_percent_of_requests_completes(moto
 
     fault_proxy.add_rule("slowdown_503", method="POST", times=2)  # the first two DeleteObjects, surely
     fault_proxy.add_rule("slowdown_503", probability=0.3)
-    store = open_store(url, proxy_env(moto, fault_proxy))
+    store = open_store(url, proxy_env(s3_server, fault_proxy))
     rec = run_gc(store, gate=gate, config=GcSettings(in_flight=4))
 
     assert rec.status == "ok" and rec.m == 4

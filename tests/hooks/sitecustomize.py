@@ -9,8 +9,9 @@ spark-submit drivers and their Python workers alike.
   own (``setsid``), so the whole application (Spark driver, JVM, Python workers) dies
   at once, as on a machine failure. ``CTP_FAULT`` is read at each point, so a
   long-lived process can be armed later.
-* **Planted bugs** for the simulation's self-test: ``CTP_SIM_PLANT`` names one, and it
-  is then in every process, as a bug in the code would be. Unset, nothing changes.
+* **Planted bugs** for the self-tests of the simulation and the race tests:
+  ``CTP_SIM_PLANT`` names one, and it is then in every process, as a bug in the code
+  would be. Unset, nothing changes.
 """
 
 import os
@@ -80,5 +81,16 @@ if _PLANT == "lower_bound_plus_one":
         return _allowed(s, through_log_offset) + 1
 
     _sm.allowed_lower_bound = allowed_lower_bound
+elif _PLANT == "create_is_plain_put":
+    # Create-if-absent that is not: a plain overwrite on every backend. The race tests
+    # must catch it (tests/core/test_races.py runs them with it planted).
+    from ctp_state.storage.local import LocalStore as _Local
+    from ctp_state.storage.s3 import S3Store as _S3
+
+    def put_if_absent(self, key, data):  # type: ignore[no-untyped-def]
+        self.put(key, data)
+
+    _Local.put_if_absent = put_if_absent
+    _S3.put_if_absent = put_if_absent
 elif _PLANT:
     raise SystemExit(f"unknown CTP_SIM_PLANT {_PLANT!r}")

@@ -126,9 +126,9 @@ def test_ctp_produce_text_output_says_what_to_do_after_an_unknown_outcome(store,
 # --- the same over the wire: S3 through the fault-injecting proxy -----------------------
 
 
-def test_over_the_wire_a_lost_response_resolves_to_accepted(moto, fault_proxy, fault_env):
-    url = f"s3://{moto.new_bucket()}/ctp"
-    store = open_store(url, moto.env)
+def test_over_the_wire_a_lost_response_resolves_to_accepted(s3_server, fault_proxy, fault_env):
+    url = s3_server.url()
+    store = open_store(url, s3_server.env)
     create_topic(store, "t", 2)
     fault_proxy.add_rule("reset_after", method="PUT", key_regex=r"logs/t/000001/", times=1)
     lossy = open_store(url, {**fault_env, "CTP_S3_MAX_ATTEMPTS": "1"})
@@ -139,12 +139,12 @@ def test_over_the_wire_a_lost_response_resolves_to_accepted(moto, fault_proxy, f
     assert values(store, 1) == [b"b"]
 
 
-def test_ctp_produce_over_a_connection_that_drops_after_each_write(moto, fault_proxy, fault_env, tmp_path):
+def test_ctp_produce_over_a_connection_that_drops_after_each_write(s3_server, fault_proxy, fault_env, tmp_path):
     import os
     import subprocess
 
-    url = f"s3://{moto.new_bucket()}/ctp"
-    store = open_store(url, moto.env)
+    url = s3_server.url()
+    store = open_store(url, s3_server.env)
     create_topic(store, "t", 2)
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps({"topic": "t", "partition": i % 2, "value": f"v{i}"}) + "\n" for i in range(12)))
@@ -158,7 +158,7 @@ def test_ctp_produce_over_a_connection_that_drops_after_each_write(moto, fault_p
     out = json.loads(first.stdout)
     assert out["unknown"] >= 1 and out["rejected"] == 0 and fault_proxy.injected["reset_after"] >= 2
 
-    second = subprocess.run(cmd, env={**os.environ, **moto.env}, capture_output=True, text=True, timeout=300)
+    second = subprocess.run(cmd, env={**os.environ, **s3_server.env}, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     out2 = json.loads(second.stdout)
     assert out2["producer_id"] == out["producer_id"] and out2["duplicates"] >= 1

@@ -26,8 +26,8 @@ from tests.sim.model import Params, Step
 
 @contextlib.contextmanager
 def backend_store(backend: str, seed: int) -> Iterator[tuple[str, dict[str, str], Any]]:
-    """``(url, env, proxy)`` of a fresh store: a directory, or a bucket on a moto server
-    behind the fault proxy."""
+    """``(url, env, proxy)`` of a fresh store: a directory, or a prefix on a local
+    SeaweedFS S3 server behind the fault proxy."""
     if backend == "file":
         root = tempfile.mkdtemp(prefix=f"ctp-sim-store-{seed}-")
         yield f"file://{root}", {}, None
@@ -35,21 +35,25 @@ def backend_store(backend: str, seed: int) -> Iterator[tuple[str, dict[str, str]
     from tests.conftest import proxy_env
     from tests.s3_fault_proxy import S3FaultProxy
 
-    moto = _moto()
-    with S3FaultProxy(moto.endpoint, seed=seed) as proxy:
-        yield f"s3://{moto.new_bucket()}/sim", proxy_env(moto, proxy), proxy
+    server = _s3_server()
+    with S3FaultProxy.for_server(server, seed=seed) as proxy:
+        yield server.url("sim"), proxy_env(server, proxy), proxy
 
 
-_MOTO: Any = None
+_S3: Any = None
 
 
-def _moto() -> Any:
-    global _MOTO
-    if _MOTO is None:
-        from tests.conftest import MotoServer
+def _s3_server() -> Any:
+    """One SeaweedFS server for the whole soak, stopped at exit (and with this process)."""
+    global _S3
+    if _S3 is None:
+        import atexit
 
-        _MOTO = MotoServer()
-    return _MOTO
+        from ctp_state.local_s3 import LocalS3
+
+        _S3 = LocalS3(tempfile.mkdtemp(prefix="ctp-sim-seaweedfs-")).start()
+        atexit.register(_S3.stop)
+    return _S3
 
 
 def run_one(
@@ -95,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 total += reports[-1].steps
                 i += 1
     finally:
-        if _MOTO is not None:
-            _MOTO.stop()
+        if _S3 is not None:
+            _S3.stop()
     summary: dict[str, Any] = {
         "runs": len(reports),
         "steps": sum(r.steps for r in reports),

@@ -13,8 +13,9 @@ from __future__ import annotations
 import pytest
 
 from ctp_state.l0 import Record
+from ctp_state.local_s3 import LocalS3
 from ctp_state.records import GcRecord
-from tests.conftest import MotoServer, proxy_env
+from tests.conftest import proxy_env
 from tests.s3_fault_proxy import S3FaultProxy
 from tests.sim.driver import run_sim
 from tests.sim.model import (
@@ -57,14 +58,14 @@ def test_simulation_on_the_file_store_finds_no_violation(seed, spark, tmp_path):
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_simulation_on_s3_behind_the_fault_proxy_finds_no_violation(seed, moto: MotoServer, tmp_path):
-    with S3FaultProxy(moto.endpoint, seed=seed) as proxy:
+def test_simulation_on_s3_behind_the_fault_proxy_finds_no_violation(seed, s3_server: LocalS3, tmp_path):
+    with S3FaultProxy.for_server(s3_server, seed=seed) as proxy:
         report = run_sim(
             seed,
             Params(steps=S3_STEPS, s3=True),
             backend="s3",
-            url=f"s3://{moto.new_bucket()}/sim",
-            env=proxy_env(moto, proxy),
+            url=s3_server.url("sim"),
+            env=proxy_env(s3_server, proxy),
             proxy=proxy,
             workdir=str(tmp_path / "work"),
         )

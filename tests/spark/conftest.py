@@ -18,7 +18,7 @@ APP = os.path.join(REPO, "spark_apps", "reconcile.py")
 
 
 @pytest.fixture(scope="session")
-def spark(moto) -> Iterator[object]:
+def spark(s3_server) -> Iterator[object]:
     """Started after the S3 server so its workers inherit the S3 settings."""
     from spark_apps.reconcile import spark_session
 

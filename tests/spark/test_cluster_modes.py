@@ -4,7 +4,7 @@ on loopback. Each run must put every acknowledged record in L1 exactly once.
 
 The services start once per module (a few seconds each) in sessions of their own and
 are stopped, whole sessions, in teardown. Their environment is the one the compose
-file gives the workers: this checkout importable and the S3 (moto) settings, so both
+file gives the workers: this checkout importable and the S3 settings, so both
 store backends run through both modes.
 """
 
@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from ctp_state.local_s3 import free_ports
 from ctp_state.reconcile import run_reconcile
 from spark_apps import reconcile as app
-from tests.conftest import _free_port, with_this_checkout
+from tests.conftest import with_this_checkout
 from tests.spark.conftest import APP, spark_submit
 from tests.support import assert_exactly_once, produce_rounds
 
@@ -100,13 +101,13 @@ class Service:
             self.proc.wait(10)
 
 
-def service_env(moto) -> dict[str, str]:
-    """What the compose file gives Spark workers: the store's settings (here moto's),
+def service_env(s3_server) -> dict[str, str]:
+    """What the compose file gives Spark workers: the store's settings (here the suite's S3 server's),
     and ctp importable (here: this checkout)."""
     return with_this_checkout(
         {
             **os.environ,
-            **moto.env,
+            **s3_server.env,
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_NO_DAEMONIZE": "true",
             "PYSPARK_PYTHON": sys.executable,
@@ -124,11 +125,11 @@ class Standalone:
 
 
 @pytest.fixture(scope="module")
-def standalone(moto, tmp_path_factory) -> Iterator[Standalone]:
+def standalone(s3_server, tmp_path_factory) -> Iterator[Standalone]:
     """A standalone master and one worker (2 cores, 2 GiB) on free loopback ports."""
     work = tmp_path_factory.mktemp("standalone")
-    env = service_env(moto)
-    port, ui = _free_port(), _free_port()
+    env = service_env(s3_server)
+    port, ui = free_ports(2)
     master = Service(
         "master",
         [
@@ -146,7 +147,7 @@ def standalone(moto, tmp_path_factory) -> Iterator[Standalone]:
         work,
     )
     try:
-        wport = _free_port()
+        wport = free_ports(1)[0]
         worker = Service(
             "worker",
             [
@@ -162,7 +163,7 @@ def standalone(moto, tmp_path_factory) -> Iterator[Standalone]:
                 "--memory",
                 "2g",
                 "--webui-port",
-                str(_free_port()),
+                str(free_ports(1)[0]),
                 "--work-dir",
                 str(work / "work"),
             ],
@@ -187,11 +188,11 @@ def standalone(moto, tmp_path_factory) -> Iterator[Standalone]:
 
 
 @pytest.fixture(scope="module")
-def connect_server(moto, tmp_path_factory) -> Iterator[str]:
+def connect_server(s3_server, tmp_path_factory) -> Iterator[str]:
     """A Spark Connect server (``local[2]``) on a free loopback port; its Python workers
-    import this checkout and see moto."""
+    import this checkout and see the S3 server."""
     work = tmp_path_factory.mktemp("connect")
-    port = _free_port()
+    port = free_ports(1)[0]
     server = Service(
         "connect",
         [
@@ -208,7 +209,7 @@ def connect_server(moto, tmp_path_factory) -> Iterator[str]:
             f"spark.connect.grpc.binding.port={port}",
             "spark-internal",
         ],
-        service_env(moto),
+        service_env(s3_server),
         port,
         work,
     )

@@ -52,10 +52,10 @@ def test_kill_9_then_rerun_converges(point, tmp_path):
         assert keys and all(store.head(k) is not None for k in keys)
 
 
-def test_kill_9_mid_write_on_s3_then_rerun_converges(moto):
+def test_kill_9_mid_write_on_s3_then_rerun_converges(s3_server):
     from ctp_state.storage import open_store
 
-    url, s3env = f"s3://{moto.new_bucket()}/crash", moto.env
+    url, s3env = s3_server.url("crash"), s3_server.env
     store = open_store(url, s3env)
     sent = produce_rounds(store, partitions=2, rounds=2, per=20)
     env = {**os.environ, **s3env, "CTP_STORE": url}
