@@ -8,6 +8,10 @@
 #   scripts/demo.sh --ui       start the Airflow UI (airflow standalone) with the DAGs
 #                              scheduled and a traffic generator; prints URL and login
 #   scripts/demo.sh --cli      the same flow through the ctp CLI only (no Airflow)
+#   scripts/demo.sh --s3 [--cli]
+#                              the same, on a real S3 protocol: a local SeaweedFS server
+#                              (loopback only, generated credentials, data under
+#                              .ctp-demo/seaweedfs), started before and stopped after
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$repo/scripts/bootstrap.sh"
@@ -19,8 +23,16 @@ export AIRFLOW_HOME="${AIRFLOW_HOME:-$demo/airflow}"
 # Embedded defaults: SQLite in AIRFLOW_HOME, whatever the calling shell says.
 unset AIRFLOW__DATABASE__SQL_ALCHEMY_CONN
 
+s3=()
+if [ "${1:-}" = --s3 ]; then
+  shift
+  # The store is a prefix of the server's bucket; the server's settings reach every
+  # child (Airflow tasks, spark-submit) through the environment.
+  s3=(python -m ctp_state.local_s3 --dir "$demo/seaweedfs" --prefix demo --)
+fi
 case "${1:-}" in
-  --ui) shift; exec "$repo/scripts/ui.sh" "$@" ;;
-  --cli) shift; exec ctp demo "$@" ;;
-  *) exec python "$repo/scripts/run_dags.py" "$@" ;;
+  --ui) shift; [ ${#s3[@]} = 0 ] || { echo "error: --s3 does not combine with --ui" >&2; exit 2; }
+        exec "$repo/scripts/ui.sh" "$@" ;;
+  --cli) shift; exec "${s3[@]}" ctp demo "$@" ;;
+  *) exec "${s3[@]}" python "$repo/scripts/run_dags.py" "$@" ;;
 esac
