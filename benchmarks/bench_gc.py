@@ -13,8 +13,9 @@
   Expectations gate (a constant ~1 s).
 - delete: ctp's deleter (batches of 1000, 4 in flight, retries) against the store's raw
   batched delete (1000-key requests one after another) on the same objects; local
-  filesystem, and S3 through a moto server with ``--s3``.
-- throttle (with ``--s3``): L0 list+delete through a proxy in front of the moto server,
+  filesystem, and with ``--s3`` a real S3 server (a local SeaweedFS), where the raw
+  side is boto3's own DeleteObjects calls.
+- throttle (with ``--s3``): L0 list+delete through a proxy in front of the S3 server,
   clean and with 30% of requests answered 503 SlowDown: objects/s side by side; the
   deleter and lister back off per spread prefix (AIMD) and finish.
 - m: computing M (C, every partition's state, R4/R7) at 1k and 10k partitions, from the
@@ -221,10 +222,10 @@ def bench_growth(lives: list[int], garbage: int) -> list[dict]:
 
 
 def bench_growth_s3(server, lives: list[int], garbage: int) -> list[dict]:
-    """The growth run on S3 (moto server over HTTP): time, keys listed, LIST requests."""
+    """The growth run on S3 (SeaweedFS over HTTP): time, keys listed, LIST requests."""
     out = []
     for live in lives:
-        store = open_store(f"s3://{server.new_bucket()}/bench", server.env)
+        store = open_store(server.url("bench"), server.env)
         row = {"live": live, "garbage": garbage, **ctp_growth("", live, garbage, store=store)}
         print(json.dumps({"growth_s3": row}), file=sys.stderr)
         out.append(row)
@@ -245,7 +246,18 @@ def bench_delete(store_of, n: int, label: str, repeat: int = 3) -> dict:
             keys = [layout.l0_key(i % SPREAD, 1, f"d{i}") for i in range(n)]
             _fill(store, keys)
             os.sync()
-            if mode == "raw":
+            if mode == "raw" and hasattr(store, "_s3"):  # S3: boto3's DeleteObjects, nothing of ctp's
+                client, prefix = store._s3, store.prefix
+                t0 = time.perf_counter()
+                deleted = 0
+                for i in range(0, n, 1000):
+                    resp = client.delete_objects(
+                        Bucket=store.bucket,
+                        Delete={"Objects": [{"Key": prefix + k} for k in keys[i : i + 1000]], "Quiet": True},
+                    )
+                    assert not resp.get("Errors"), resp["Errors"][:3]
+                    deleted += len(keys[i : i + 1000])
+            elif mode == "raw":
                 t0 = time.perf_counter()
                 deleted = 0
                 for i in range(0, n, 1000):
@@ -268,19 +280,19 @@ def bench_delete(store_of, n: int, label: str, repeat: int = 3) -> dict:
 
 
 def bench_throttle(server, n: int, probability: float = 0.3) -> dict:
-    """L0 list+delete on S3 (moto server behind the fault proxy), clean and with
+    """L0 list+delete on S3 (SeaweedFS behind the fault proxy), clean and with
     ``probability`` of every request answered 503 SlowDown, same objects, same run."""
     from tests.s3_fault_proxy import S3FaultProxy
 
     res: dict = {"objects": n, "throttle_probability": probability}
     for mode in ("clean", "throttled"):
-        bucket = server.new_bucket()
-        direct = open_store(f"s3://{bucket}/bench", server.env)
+        url = server.url("bench")
+        direct = open_store(url, server.env)
         _fill(direct, [layout.l0_key(i % SPREAD, 1 + i % 3, f"t{i}") for i in range(n)])
-        with S3FaultProxy(server.endpoint, seed=7) as proxy:
+        with S3FaultProxy.for_server(server, seed=7) as proxy:
             if mode == "throttled":
                 proxy.add_rule("slowdown_503", probability=probability)
-            store = open_store(f"s3://{bucket}/bench", {**server.env, "CTP_S3_ENDPOINT_URL": proxy.endpoint})
+            store = open_store(url, {**server.env, "CTP_S3_ENDPOINT_URL": proxy.endpoint})
             bulk = store.bulk()
             try:
                 t0 = time.perf_counter()
@@ -335,7 +347,7 @@ def main() -> None:
     ap.add_argument("--garbage", type=int, default=1000)
     ap.add_argument("--partitions", default="1000,10000")
     ap.add_argument("--delete-objects", type=int, default=5000)
-    ap.add_argument("--s3", action="store_true", help="also measure deletes on S3 through a moto server")
+    ap.add_argument("--s3", action="store_true", help="also measure on S3: a local SeaweedFS server")
     ap.add_argument("--throttle-objects", type=int, default=5000, help="objects for the S3 throttling run")
     ap.add_argument("--s3-live", default="1000,10000,100000", help="live objects for the S3 growth run (with --s3)")
     ap.add_argument(
@@ -361,17 +373,16 @@ def main() -> None:
         finally:
             shutil.rmtree(base, ignore_errors=True)
     if args.s3 or "throttle" in want:
-        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-        from tests.conftest import MotoServer
+        from ctp_state.local_s3 import LocalS3
 
-        server = MotoServer()
+        server = LocalS3(tempfile.mkdtemp(prefix="ctp-bench-seaweedfs-")).start()
         try:
             if "delete" in want and args.s3:
                 result["delete"].append(
                     bench_delete(
-                        lambda: open_store(f"s3://{server.new_bucket()}/bench", server.env),
-                        min(args.delete_objects, 3000),
-                        "s3 (moto server)",
+                        lambda: open_store(server.url("bench"), server.env),
+                        args.delete_objects,
+                        "s3 (SeaweedFS)",
                     )
                 )
             if "throttle" in want:
@@ -380,6 +391,7 @@ def main() -> None:
                 result["growth_s3"] = bench_growth_s3(server, [int(x) for x in args.s3_live.split(",")], args.garbage)
         finally:
             server.stop()
+            shutil.rmtree(server.data_dir, ignore_errors=True)
     if "m" in want:
         result["m"] = bench_m([int(x) for x in args.partitions.split(",")])
     print(json.dumps(result, indent=1))

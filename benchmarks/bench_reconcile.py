@@ -2,6 +2,7 @@
 reconciler's DataFrame (``mapInArrow``) build job against the RDD job it replaced.
 
     python benchmarks/bench_reconcile.py [--gib 1.0] [--partitions 64] [--master 'local[2]'] [--repeat 3]
+    python benchmarks/bench_reconcile.py --s3 [--gib 0.25] [--repeat 3]      (on a local SeaweedFS)
 
 1. Produces about ``--gib`` GiB of L0 (random, incompressible values) across
    ``--partitions`` partitions on a local-filesystem store.
@@ -85,12 +86,13 @@ def median_of(runs: list[dict]) -> float:
     return statistics.median(r["mb_per_s"] for r in runs)
 
 
-def raw(store, files: list[L1File], threads: int, out_dir: str, durable: bool = False) -> dict:
+def raw(store, files: list[L1File], threads: int, out_dir: str, durable: bool = False, sink=None) -> dict:
     """Read + decode + Parquet-write the same files with pyarrow only. ``durable``: and
     wait until the files are on disk (``os.sync()``, timed), as any writer must before
-    it records that the files exist."""
-    os.makedirs(out_dir, exist_ok=True)
-    sink = open_store(f"file://{out_dir}", {"CTP_FSYNC": "0"})
+    it records that the files exist. ``sink``: write there instead of ``out_dir``."""
+    if sink is None:
+        os.makedirs(out_dir, exist_ok=True)
+        sink = open_store(f"file://{out_dir}", {"CTP_FSYNC": "0"})
 
     def one(f: L1File) -> dict:
         return build_file(_RawStore(store, sink), f)
@@ -193,6 +195,58 @@ def _rates(results: list[dict], secs: float) -> dict:
     }
 
 
+def s3_runs(args, work: str) -> dict:
+    """The reconciler on a real S3 server (a local SeaweedFS on loopback): L0 read with
+    ranged GETs, L1 written with PUTs, the state log through conditional PUTs, against
+    the raw limit of the same bytes on the same server (the same ranged GETs, decode,
+    Parquet encode and PUT, boto3 and pyarrow only, on 2 and 4 threads: the faster).
+    Each repeat produces a fresh store (production is not timed)."""
+    from ctp_state.local_s3 import LocalS3
+    from spark_apps.reconcile import spark_map_files, spark_session, warm_workers
+
+    out: dict = {"benchmark": "reconcile_s3", "cpus": os.cpu_count(), "server": "SeaweedFS (weed mini, loopback)"}
+    with LocalS3(os.path.join(work, "seaweedfs")) as server:
+        os.environ.update(server.env)  # the Spark workers reach the store with these
+        t0 = time.perf_counter()
+        spark = spark_session(args.master, app_name="ctp-bench-s3")
+        out["session_startup_seconds"] = round(time.perf_counter() - t0, 2)
+        warm_workers(spark)
+        cfg = ReconcileSettings()
+        runs = []
+        for i in range(args.repeat):
+            url = server.url(f"run{i}")
+            store = open_store(url, server.env)
+            produced = produce(store, args.gib, args.partitions, args.value_size, args.flush_records)
+            states = read_states(store, select_topics(store))
+            files = [f for s in states for f in plan_files(s, cfg.target_file_bytes)]
+            raws = {t: raw(store, files, t, "", sink=open_store(server.url("raw"), server.env)) for t in (2, 4)}
+            t0 = time.perf_counter()
+            summary = run_reconcile(store, config=cfg, map_files=spark_map_files(spark, url, cfg.compression))
+            secs = time.perf_counter() - t0
+            assert summary.ok and summary.records == produced["records"], summary.records
+            l0_mb = raws[2]["l0_mb"]
+            best_raw = max(raws[2]["mb_per_s"], raws[4]["mb_per_s"])
+            runs.append(
+                {
+                    "l0_mb": l0_mb,
+                    "l1_files": len(files),
+                    "raw_2_threads_mb_per_s": raws[2]["mb_per_s"],
+                    "raw_4_threads_mb_per_s": raws[4]["mb_per_s"],
+                    "reconcile_seconds": round(secs, 2),
+                    "reconcile_mb_per_s": round(l0_mb / secs, 1),
+                    "ratio_reconcile_to_raw": round(l0_mb / secs / best_raw, 3),
+                }
+            )
+            print(json.dumps({"s3_run": runs[-1]}), file=sys.stderr)
+        spark.stop()
+    out["gib"] = args.gib
+    out["partitions"] = args.partitions
+    out["runs"] = runs
+    out["ratio_reconcile_to_raw_median"] = round(statistics.median(r["ratio_reconcile_to_raw"] for r in runs), 3)
+    out["ratio_reconcile_to_raw_best"] = max(r["ratio_reconcile_to_raw"] for r in runs)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=1.0)
@@ -211,8 +265,20 @@ def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=3, help="reconcile runs per build job, in turn (8 or more on a busy machine)"
     )
+    ap.add_argument(
+        "--s3",
+        action="store_true",
+        help="measure on a real S3 server instead (a local SeaweedFS): reconcile vs the raw limit of the same bytes",
+    )
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="ctp-bench-")
+    if args.s3:
+        try:
+            print(json.dumps(s3_runs(args, work), indent=2))
+        finally:
+            if not args.dir:
+                shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         url = f"file://{work}/store"
         store = open_store(url, {"CTP_FSYNC": "0"})

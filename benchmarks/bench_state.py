@@ -7,7 +7,7 @@
   ``threading.Lock`` acquire/release on the same machine as the reference.
 - state reads: time to read the current state of N partitions (snapshot + tail, as
   ``ctp status`` and the GC do) next to replaying every log from offset 0, on the
-  local-filesystem store (and optionally S3 through a moto server).
+  local-filesystem store (and optionally S3: a local SeaweedFS server).
 """
 
 from __future__ import annotations
@@ -151,25 +151,20 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--entries", type=int, default=100)
     ap.add_argument("--snapshot-every", type=int, default=64)
-    ap.add_argument("--s3-partitions", type=int, default=0, help="also measure S3 (moto server) with this many")
+    ap.add_argument("--s3-partitions", type=int, default=0, help="also measure S3 (a local SeaweedFS) with this many")
     args = ap.parse_args()
     out: dict = {"benchmark": "state", "cpus": os.cpu_count(), "fence": bench_fence(args.fence_ops), "state_reads": []}
     with tempfile.TemporaryDirectory() as d:
         store = open_store(f"file://{d}/store", {"CTP_FSYNC": "0"})
         out["state_reads"].append(bench_reads(store, "file", args.partitions, args.entries, args.snapshot_every))
     if args.s3_partitions:
-        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-        from conftest import MotoServer
+        from ctp_state.local_s3 import LocalS3
 
-        server = MotoServer()
-        try:
-            bucket = server.new_bucket()
-            store = open_store(f"s3://{bucket}/bench", server.env)
+        with tempfile.TemporaryDirectory() as d, LocalS3(d) as server:
+            store = open_store(server.url("bench"), server.env)
             out["state_reads"].append(
-                bench_reads(store, "s3-moto", args.s3_partitions, args.entries, args.snapshot_every)
+                bench_reads(store, "s3-seaweedfs", args.s3_partitions, args.entries, args.snapshot_every)
             )
-        finally:
-            server.stop()
     print(json.dumps(out, indent=2))
 
 
