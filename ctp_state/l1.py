@@ -3,8 +3,12 @@
 Each row is one record: ``offset`` (int64), ``timestamp`` (timestamp[ms, UTC]),
 ``key`` (binary, nullable), ``value`` (binary), ``headers`` (list of key/value
 structs). The file's key-value metadata names the topic, partition and offset range.
-Keys are deterministic from (topic, partition, first offset, last offset), so a rerun
-of a crashed reconcile rewrites the same files.
+Keys are deterministic from (topic, partition, first offset, last offset), and a file
+is written only if its key is absent: a file at a key is never replaced. A rerun of a
+crashed reconcile, or a reconciler whose lease lapsed, that meets a file already there
+takes it over when it holds exactly the records it built (its bytes and CRC32C then go
+into the commit); a file holding anything else is refused, never overwritten. So a
+late write can never change a committed file's bytes (the CRC32C its commit recorded).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctp_state import l0, layout
-from ctp_state.errors import CorruptData
+from ctp_state.errors import CorruptData, KeyExists
 from ctp_state.state import Pending
 from ctp_state.storage import ObjectStore
 
@@ -136,7 +140,7 @@ def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> d
     t2 = time.perf_counter()
     data = encode_parquet(table, f.topic, f.partition, compression=compression)
     t3 = time.perf_counter()
-    store.put(f.key, data)
+    data = write_once(store, f.key, data, table)
     t4 = time.perf_counter()
     return {
         "key": f.key,
@@ -151,6 +155,28 @@ def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> d
         "wall_s": t4 - t0,
         "cpu_s": time.process_time() - cpu0,
     }
+
+
+def write_once(store: ObjectStore, key: str, data: bytes, table: pa.Table) -> bytes:
+    """Create the L1 file ``key`` with ``data`` (the encoding of ``table``), or take over
+    the one already there if it holds the same rows; return the bytes now at ``key``.
+    Raise :class:`CorruptData` naming the key when the file there holds other rows (it
+    is left as it is: it may be committed)."""
+    try:
+        store.put_if_absent(key, data)
+        return data
+    except KeyExists:
+        pass
+    there = store.get(key)
+    try:
+        same = parse_l1(there, key).replace_schema_metadata(None).equals(table.replace_schema_metadata(None))
+    except CorruptData as e:
+        raise CorruptData(
+            key, f"an L1 file is already at this key and does not read ({e.reason}); left as it is"
+        ) from None
+    if not same:
+        raise CorruptData(key, "an L1 file with other records is already at this key; left as it is")
+    return there
 
 
 def read_l1(store: ObjectStore, key: str, crc32c: int | None = None) -> pa.Table:

@@ -233,22 +233,25 @@ def verify_partition(
                     p.l0_key,
                 )
         first = 0
-        for last in current.l1_ends:
+        for last, crc in zip(current.l1_ends, current.l1_crcs):
             key = layout.l1_key(topic, partition, first, last)
             res.l1_checked += 1
             if not deep:
                 if store.head(key) is None:
                     say(ERROR, "committed L1 file is missing", key)
             else:
-                _check_l1(store, key, first, last, say)
+                _check_l1(store, key, first, last, crc, say)
             first = last + 1
     return res
 
 
-def _check_l1(store: ObjectStore, key: str, first: int, last: int, say: Callable[..., None]) -> None:
-    """--deep: the whole file, every page against its checksum, and its offsets."""
+def _check_l1(
+    store: ObjectStore, key: str, first: int, last: int, crc32c: int | None, say: Callable[..., None]
+) -> None:
+    """--deep: the whole file against the CRC32C its commit recorded (what ``ctp read``
+    checks), every page against its checksum, and its offsets."""
     try:
-        offsets = parse_l1(store.get(key), key).column("offset").to_pylist()
+        offsets = parse_l1(store.get(key), key, crc32c).column("offset").to_pylist()
     except ObjectNotFound:
         say(ERROR, "committed L1 file is missing", key)
         return
