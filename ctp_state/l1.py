@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctp_state import l0, layout
-from ctp_state.errors import CorruptData, KeyExists
+from ctp_state.errors import CorruptData, KeyExists, ObjectNotFound
 from ctp_state.state import Pending
 from ctp_state.storage import ObjectStore
 
@@ -157,26 +157,38 @@ def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> d
     }
 
 
-def write_once(store: ObjectStore, key: str, data: bytes, table: pa.Table) -> bytes:
+#: What to do about a file in the way, said with every refusal of one.
+BLOCKED_HINT = (
+    "left as it is, since it could be committed; if no commit names it (ctp verify --deep --topic T "
+    "lists every committed file), delete it and reconcile again"
+)
+
+
+def write_once(store: ObjectStore, key: str, data: bytes, table: pa.Table, *, attempts: int = 3) -> bytes:
     """Create the L1 file ``key`` with ``data`` (the encoding of ``table``), or take over
     the one already there if it holds the same rows; return the bytes now at ``key``.
-    Raise :class:`CorruptData` naming the key when the file there holds other rows (it
-    is left as it is: it may be committed)."""
-    try:
-        store.put_if_absent(key, data)
-        return data
-    except KeyExists:
-        pass
-    there = store.get(key)
-    try:
-        same = parse_l1(there, key).replace_schema_metadata(None).equals(table.replace_schema_metadata(None))
-    except CorruptData as e:
-        raise CorruptData(
-            key, f"an L1 file is already at this key and does not read ({e.reason}); left as it is"
-        ) from None
-    if not same:
-        raise CorruptData(key, "an L1 file with other records is already at this key; left as it is")
-    return there
+    Raise :class:`CorruptData` naming the key when the file there does not read or holds
+    other rows: it is never replaced (it may be committed: a reconciler cannot tell a
+    file a live writer committed from one a crash left without trusting a read of the
+    log that may be stale by the time it writes)."""
+    for _ in range(attempts):
+        try:
+            store.put_if_absent(key, data)
+            return data
+        except KeyExists:
+            pass
+        try:
+            there = store.get(key)
+        except ObjectNotFound:
+            continue  # gone since (collected as an orphan, or a create that never landed): again
+        try:
+            same = parse_l1(there, key).replace_schema_metadata(None).equals(table.replace_schema_metadata(None))
+        except CorruptData as e:
+            raise CorruptData(key, f"an L1 file in the way does not read ({e.reason}); {BLOCKED_HINT}") from None
+        if not same:
+            raise CorruptData(key, f"an L1 file in the way holds other records; {BLOCKED_HINT}")
+        return there
+    raise CorruptData(key, f"an L1 file kept appearing and vanishing at this key ({attempts} attempts)")
 
 
 def read_l1(store: ObjectStore, key: str, crc32c: int | None = None) -> pa.Table:

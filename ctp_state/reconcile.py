@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ctp_state import crashpoints
+from ctp_state import crashpoints, layout
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile
 from ctp_state.epoch import ClusterEpoch
@@ -149,7 +149,8 @@ def build_one(
         else:
             out = build_file(store, f, compression=compression)
     except (CorruptData, ObjectNotFound) as e:
-        return {"key": f.key, "error": str(e), "l0_key": getattr(e, "key", None)}
+        bad = getattr(e, "key", None)  # the L0 object a chunk is read from, or the L1 file in the way
+        return {"key": f.key, "error": str(e), "l0_key": bad if bad and bad.startswith(layout.L0_ROOT) else None}
     crashpoints.reached("after_l1_write", index)
     return out
 

@@ -10,8 +10,9 @@ Per partition:
   longer decodes is reported: the state still reads, a rebuild from the log would not);
 - every object the state points at exists: the L0 objects of pending placeholders
   (and hold the chunk's byte range), and the committed L1 files; with ``deep``, every
-  committed L1 file is read whole, each page against its checksum, and must hold
-  exactly its offsets (this reads all L1 data).
+  committed L1 file is read whole and checked against the CRC32C its commit recorded
+  (as ``ctp read`` does), each page against its checksum, and must hold exactly its
+  offsets (this reads all L1 data).
 
 Cluster-wide: the epoch hint is vouched for by its marker, and the GC history and
 reconcile summaries decode. Findings are ``error`` (something a reader or the GC
