@@ -29,6 +29,7 @@ from ctp_state.errors import ConfigError, CorruptData, CtpError, KeyExists, Obje
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer, Verdict, write_with_retry
 from ctp_state.storage import ObjectStore
+from ctp_state.topics import get_topic
 
 Chunks = list[tuple[tuple[str, int], list[Record]]]
 log = logging.getLogger(__name__)
@@ -147,12 +148,17 @@ def produce_input(
     doing it again never duplicates."""
     report = ProduceReport(producer_id)
     marker = layout.produce_marker(producer_id)
+    # The marker says which incarnation of each topic it was written into: a topic
+    # deleted and created again since holds none of those records.
+    incarnations = {t: get_topic(store, t).id for t in sorted({t for t, _, _ in records})}
     try:
         done = codec.unseal(store.get(marker), marker, "produce marker")
-        if done.get("digest") == digest and done.get("records") == len(records):
-            report.completed_before = done
-        else:
+        if done.get("digest") != digest or done.get("records") != len(records):
             log.warning("ignoring %s: it records another input", marker)
+        elif (why := _other_incarnation(done, incarnations)) is not None:
+            log.warning("ignoring %s: %s", marker, why)
+        else:
+            report.completed_before = done
     except ObjectNotFound:
         pass
     except CorruptData as e:  # only a shortcut: the partitions still know what they hold
@@ -193,17 +199,41 @@ def produce_input(
         )
     if report.complete:
         body = {
-            "v": 1,
+            "v": 2,
             "producer_id": producer_id,
             "digest": digest,
             "records": len(records),
             "completed_ms": int(time.time() * 1000),
             "partitions": {f"{t}/{p}": n for (t, p), n in sorted(per_partition.items())},
+            "topics": incarnations,
         }
         try:
-            store.put_if_absent(marker, codec.seal(body))
-        except KeyExists:
-            pass  # a concurrent run of the same input finished first
+            try:
+                store.put_if_absent(marker, codec.seal(body))
+            except KeyExists:
+                # A concurrent run of the same input finished first, or the marker is of
+                # topics since deleted: then this one replaces it (it is only a shortcut).
+                there = codec.unseal(store.get(marker), marker, "produce marker")
+                if there.get("digest") != digest or _other_incarnation(there, incarnations) is not None:
+                    store.put(marker, codec.seal(body))
         except CtpError:
             pass  # only a shortcut for later runs: every record is in either way
     return report
+
+
+def _other_incarnation(marker: dict[str, Any], incarnations: dict[str, str | None]) -> str | None:
+    """Why a completion marker is about other incarnations of the topics than
+    ``incarnations`` (name -> id), or None when it is about these. A marker written
+    before incarnation ids (version 1) can only be about topics created before them."""
+    recorded = marker.get("topics") if marker.get("v", 1) >= 2 else dict.fromkeys(incarnations)
+    if not isinstance(recorded, dict):
+        return "it does not say which topics it was written into"
+    for t, tid in incarnations.items():
+        if t not in recorded:
+            return f"it does not name topic {t}"
+        if recorded[t] != tid:
+            return (
+                f"topic {t} was deleted and created again since it was written "
+                f"(incarnation {recorded[t] or 'legacy'} then, {tid or 'legacy'} now)"
+            )
+    return None

@@ -331,3 +331,4 @@ class GcPartitionView(msgspec.Struct, frozen=True, kw_only=True):
     lag_records: int = 0
     status: str | None = None  # ctp_state.gc.m.PARTITION_STATUSES
     status_detail: str | None = None  # the quarantined L0 key, the claim's owner and lease end
+    topic_id: str | None = None  # the topic's incarnation (None: created before ids, or an older view)

@@ -6,6 +6,14 @@ topic (it lists topics after reading C) knows the inits will carry an epoch >= i
 a GC that sees the topic but finds a partition without its init must not collect
 (see ``ctp_state.gc``). A crashed create is finished by running it again.
 
+Each topic has an **incarnation id**, minted at creation and sealed into its metadata:
+deleting a topic and creating the name again makes another incarnation with another
+id, and whatever records state about a topic (produce completion markers, the GC's
+partition views with their L1 watermarks) says which incarnation it was about, so
+nothing learnt about one incarnation is believed of the next (docs/design.md, "Topic
+incarnations"). Topics created before ids have none (metadata version 1 and 2): each
+is its name's only, legacy, incarnation, and works as before.
+
 Offset 0 of a partition log is its init entry and nothing else (ctp_state.log never
 appends anything else to a log without one). A log that an older ctp let a producer
 write to first holds a rejected placeholder at offset 0 and no init: running the
@@ -16,6 +24,8 @@ without effect), so the partition, and the GC, work again.
 from __future__ import annotations
 
 import logging
+import re
+import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,10 +48,16 @@ from ctp_state.errors import (
 )
 from ctp_state.storage import ObjectStore
 
-META_VERSION = 2
-SUPPORTED_META_VERSIONS = (1, 2)  # 1: before checksums
+META_VERSION = 3
+SUPPORTED_META_VERSIONS = (1, 2, 3)  # 1: before checksums; 2: before incarnation ids
+_ID_RE = re.compile(r"[0-9a-f]{32}")
 MAX_PARTITIONS = 100_000
 log = logging.getLogger(__name__)
+
+
+def new_incarnation_id() -> str:
+    """A fresh incarnation id: 128 random bits as 32 lowercase hex digits."""
+    return secrets.token_hex(16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +65,13 @@ class Topic:
     name: str
     partitions: int
     created_ms: int
+    #: The incarnation id (None: a topic created before ids, its name's legacy incarnation).
+    id: str | None = None
+
+    @property
+    def incarnation(self) -> str:
+        """The id, or ``"legacy"`` for a topic created before ids (for messages)."""
+        return self.id or "legacy"
 
     def check_partition(self, partition: int) -> int:
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < self.partitions:
@@ -67,15 +90,23 @@ def _decode(data: bytes, key: str) -> Topic:
         raise CorruptData(key, "topic metadata has no checksum (it is truncated, or was edited)")
     try:
         partitions = validate.int64(b["partitions"], what="partitions", minimum=1, maximum=MAX_PARTITIONS)
-        return Topic(validate.topic_name(b["name"]), partitions, validate.int64(b["created_ms"], what="created_ms"))
+        tid = None
+        if b["v"] >= 3:
+            tid = b["id"]
+            if not isinstance(tid, str) or not _ID_RE.fullmatch(tid):
+                raise ValueError(f"incarnation id must be 32 lowercase hex digits, got {tid!r}")
+        return Topic(
+            validate.topic_name(b["name"]), partitions, validate.int64(b["created_ms"], what="created_ms"), tid
+        )
     except (ValueError, KeyError, TypeError, InvalidTopicName) as e:
         raise CorruptData(key, f"malformed topic metadata: {e}") from None
 
 
 def encode_meta(topic: Topic) -> bytes:
-    return codec.seal(
-        {"v": META_VERSION, "name": topic.name, "partitions": topic.partitions, "created_ms": topic.created_ms}
-    )
+    body = {"name": topic.name, "partitions": topic.partitions, "created_ms": topic.created_ms}
+    if topic.id is None:  # a legacy topic written again as it was (tests of old stores)
+        return codec.seal({"v": 2, **body})
+    return codec.seal({"v": META_VERSION, **body, "id": topic.id})
 
 
 def create_topic(
@@ -95,7 +126,7 @@ def create_topic(
     validate.topic_name(name)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
         raise ConfigError(f"partition count must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}")
-    topic = Topic(name, partitions, int(time.time() * 1000))
+    topic = Topic(name, partitions, int(time.time() * 1000), new_incarnation_id())
     key = layout.topic_meta(name)
     resumed = False
     try:

@@ -227,7 +227,7 @@ def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, 
     lines = [f"repaired {t.name}/{r['partition']}: {r['repair']}" for r in repaired]
     emit(
         as_json,
-        {"topic": t.name, "partitions": t.partitions, "repaired": repaired},
+        {"topic": t.name, "partitions": t.partitions, "id": t.id, "repaired": repaired},
         "\n".join(lines + [f"created topic {t.name} with {t.partitions} partitions in {store.url}"]),
     )
 
@@ -239,12 +239,17 @@ def topic_list(store: ObjectStore, as_json: bool) -> None:
     from ctp_state.topics import list_topics
 
     topics = list_topics(store)
-    table = Table("topic", "partitions", "created")
+    table = Table("topic", "partitions", "created", "incarnation")
     for t in topics:
-        table.add_row(t.name, str(t.partitions), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t.created_ms / 1000)))
+        table.add_row(
+            t.name,
+            str(t.partitions),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t.created_ms / 1000)),
+            t.incarnation,
+        )
     emit(
         as_json,
-        [{"topic": t.name, "partitions": t.partitions, "created_ms": t.created_ms} for t in topics],
+        [{"topic": t.name, "partitions": t.partitions, "created_ms": t.created_ms, "id": t.id} for t in topics],
         table if topics else "no topics",
     )
 

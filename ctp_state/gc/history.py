@@ -60,6 +60,7 @@ PARTITION_SCHEMA = pa.schema(
         ("lag_records", pa.int64()),
         ("status", pa.string()),  # ctp_state.gc.m.PARTITION_STATUSES
         ("status_detail", pa.string()),
+        ("topic_id", pa.string()),  # the topic's incarnation (null: created before ids)
     ]
 )
 #: Every L0 object a run deleted (a dry run: would delete), and the L1 orphans it collected.

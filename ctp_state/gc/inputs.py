@@ -41,6 +41,8 @@ class PartitionView:
     min_pending_epoch: int | None = None
     l1_ends: tuple[int, ...] = ()  # the state's committed L1 files (shared, not copied)
     l1_crcs: tuple[int | None, ...] = ()
+    #: The incarnation of the topic this view is of (None: a topic created before ids).
+    topic_id: str | None = None
 
     def l1_after(self, w: int) -> tuple[sm.L1Ref, ...]:
         """The committed L1 files whose records come after offset ``w``."""
@@ -57,7 +59,7 @@ class PartitionView:
         return None if self.min_epoch_lower_bound is None else self.min_epoch_lower_bound - 1
 
     @classmethod
-    def of_state(cls, s: sm.PartitionState) -> PartitionView:
+    def of_state(cls, s: sm.PartitionState, topic_id: str | None = None) -> PartitionView:
         return cls(
             s.topic,
             s.partition,
@@ -75,6 +77,7 @@ class PartitionView:
             s.min_pending_epoch,
             s.l1_ends,
             s.l1_crcs,
+            topic_id,
         )
 
 
@@ -98,7 +101,8 @@ def gather(store: ObjectStore, *, threads: int = 32) -> tuple[int, list[Partitio
     problems += unaccounted_logs(store, topics)
     if problems:
         raise StateUnreadable(problems)
-    return c, [PartitionView.of_state(s) for s in states]  # type: ignore[arg-type]
+    ids = {t.name: t.id for t in topics}
+    return c, [PartitionView.of_state(s, ids[s.topic]) for s in states]  # type: ignore[arg-type,union-attr]
 
 
 def quarantined_of(summary: ReconcileSummary | None) -> dict[tuple[str, int], tuple[str | None, str]]:

@@ -159,10 +159,15 @@ def prepare(
         ]
         if gone:
             raise StateUnreadable(gone)
+        # What the reference run learnt of a partition holds only for the same incarnation
+        # of its topic: a topic deleted and created again starts with no watermark (every
+        # L1 file of the new incarnation is checked) and no earlier lower bound.
+        incarnation = {(v.topic, v.partition): v.topic_id for v in views}
+        same = [r for r in pt if incarnation.get((r.topic, r.partition), r.topic_id) == r.topic_id]
         previous_lb = {
-            (r.topic, r.partition): r.min_epoch_lower_bound for r in pt if r.min_epoch_lower_bound is not None
+            (r.topic, r.partition): r.min_epoch_lower_bound for r in same if r.min_epoch_lower_bound is not None
         }
-        watermarks = {(r.topic, r.partition): (r.l1_swept_through, r.l1_swept_log_end) for r in pt}
+        watermarks = {(r.topic, r.partition): (r.l1_swept_through, r.l1_swept_log_end) for r in same}
 
     # Every partition's new committed L1 files are checked (their L0 sources may go this
     # run); orphans are collected only where no claim is live (a reconciler may be

@@ -111,6 +111,7 @@ def partition_view_table(
                 "lag_records": v.lag_records,
                 "status": statuses.get((v.topic, v.partition), none).status if statuses else None,
                 "status_detail": statuses.get((v.topic, v.partition), none).detail if statuses else None,
+                "topic_id": v.topic_id,
             }
             for v in views
         ],

@@ -29,13 +29,11 @@ def ok(env, *args, input=None):
 def test_a_new_users_session(subprocess_env, store):
     env = subprocess_env
     assert "created topic orders with 3 partitions" in ok(env, "topic", "create", "orders", "--partitions", "3")
-    assert json.loads(ok(env, "topic", "list", "--json")) == [
-        {
-            "topic": "orders",
-            "partitions": 3,
-            "created_ms": json.loads(ok(env, "topic", "list", "--json"))[0]["created_ms"],
-        }
+    listed = json.loads(ok(env, "topic", "list", "--json"))
+    assert listed == [
+        {"topic": "orders", "partitions": 3, "created_ms": listed[0]["created_ms"], "id": listed[0]["id"]}
     ]
+    assert len(listed[0]["id"]) == 32  # the topic's incarnation
     assert json.loads(ok(env, "epoch", "show", "--json")) == {"epoch": 1}
     assert ok(env, "epoch", "advance").strip() == "2"
     summary = json.loads(
