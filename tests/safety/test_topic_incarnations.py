@@ -125,3 +125,33 @@ def test_a_recreated_topic_does_not_inherit_the_old_ones_l1_watermark(store, gat
     with pytest.raises(GateFailed, match="checksums_ok"):
         run_gc(store, gate=gate)  # the new file is read whole before its L0 source goes
     assert [o.key for o in store.list(layout.L0_ROOT)] == l0_before
+
+
+@pytest.mark.parametrize("legacy_topic", [True, False])
+def test_a_marker_written_before_ids_vouches_only_for_a_topic_created_before_them(
+    store, subprocess_env, tmp_path, legacy_topic
+):
+    """A store written by the previous version: version 1 markers (no incarnations). One
+    is believed for a legacy topic (nothing is written twice) and ignored for a topic
+    with an id (which cannot be the topic it was written into)."""
+    if legacy_topic:
+        store.put(layout.topic_meta("t"), encode_meta(Topic("t", 1, 1_700_000_000_000)))
+        from ctp_state.entries import Init, encode
+        from ctp_state.epoch import ClusterEpoch
+
+        store.put_if_absent(layout.log_entry("t", 0, 0), encode(Init(ClusterEpoch(store).current())))
+    else:
+        create_topic(store, "t", 1)
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"topic": "t", "partition": 0, "value": f"v{i}"}) + "\n" for i in range(4)))
+    first = json.loads(produce(subprocess_env, path).stdout)
+    assert first["accepted"] == 4
+    marker = layout.produce_marker(first["producer_id"])
+    body = codec.unseal(store.get(marker), marker, "produce marker")
+    old = {k: v for k, v in body.items() if k != "topics"} | {"v": 1}
+    store.put(marker, codec.seal(old))
+    again = produce(subprocess_env, path)
+    out = json.loads(again.stdout)
+    assert out["accepted"] == 0 and out["duplicates"] == 4  # never written twice either way
+    assert (out["completed_before"] is not None) == legacy_topic, out  # the shortcut only for legacy
+    assert values(store, "t", 0) == [f"v{i}".encode() for i in range(4)]
