@@ -43,7 +43,7 @@ class ProduceReport:
     accepted: int = 0  # written now
     duplicates: int = 0  # already in the log (an earlier run, or a re-send)
     rejected: int = 0  # not written
-    unknown: int = 0  # may be in the log: run again
+    unknown: int = 0  # may be in the log (or written by a concurrent run of the input): run again
     not_sent: int = 0  # held back after an earlier batch of the partition was not accepted
     rejected_by_reason: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     first_error: str | None = None
@@ -63,7 +63,12 @@ class ProduceReport:
                 continue
             self.duplicates += v.already_written
             rest = v.records - v.already_written
-            if v.outcome == "unknown":
+            # The rest of a partial batch was not refused: another writer of this producer
+            # id (for a file, a concurrent run of the same input: a run sends a partition
+            # nothing after a batch that was not accepted) holds the id's records up to a
+            # point inside the batch, cut differently. It may write the rest, and a re-run
+            # will: unknown, never "rejected" (a rejected record never appears, I4).
+            if v.outcome in ("unknown", "partial"):
                 self.unknown += rest
             else:
                 self.rejected += rest

@@ -7,12 +7,15 @@
   ``-x``, ``_``, 128 characters) are accepted, their marker keys work, and a re-run
   writes nothing twice.
 * Two ``ctp produce`` runs of the same file, one seeing an unknown outcome on a
-  partition while the other completes: each record exactly once, and the run that saw
-  the unknown outcome exits 3, never 0 or 1.
+  partition while the other writes: each record at most once (all of them once a run
+  exits 0, or after a third run), and neither run exits 1: a record one run did not
+  write is never "rejected", the other run or the re-run may write it
+  (``test_twin_produce_runs_review.py`` pins the interleavings).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 
@@ -75,13 +78,13 @@ def test_two_runs_of_one_file_one_seeing_an_unknown_outcome(fstore, tmp_path, mo
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps({"topic": "t", "partition": i % 2, "value": f"v{i}"}) + "\n" for i in range(40)))
     real = cli.open_store
-    lossy = {"n": 0}
+    opened = itertools.count()  # next() is atomic: exactly one run is the lossy one
 
     def wrap(u, env, **kw):
-        lossy["n"] += 1
+        first = next(opened) == 0
         s = real(u, env, **kw)
         # the first run to open the store loses responses on t/1 and then cannot reach it
-        return LostResponses(s, r"^logs/t/000001/", then_unreachable=True) if lossy["n"] == 1 else s
+        return LostResponses(s, r"^logs/t/000001/", then_unreachable=True) if first else s
 
     monkeypatch.setattr(cli, "open_store", wrap)
     outs: list = [None, None]
@@ -95,10 +98,14 @@ def test_two_runs_of_one_file_one_seeing_an_unknown_outcome(fstore, tmp_path, mo
     for th in threads:
         th.join()
     monkeypatch.undo()
-    for p in (0, 1):
-        assert values(store, "t", p) == [f"v{i}".encode() for i in range(p, 40, 2)]
     codes = sorted(o.exit_code for o in outs)
+    # (concurrent CliRunner invocations share sys.stdout: an output may hold the other's)
     assert codes in ([0, 0], [0, 3], [3, 3]), [o.output for o in outs]
+    for p in (0, 1):
+        # Both runs may stop a partition (one cannot reach it, the other's batch partly
+        # overlapped the first one's): then it is unfinished and both exit 3.
+        got, want = values(store, "t", p), [f"v{i}".encode() for i in range(p, 40, 2)]
+        assert got == want[: len(got)] and (got == want or 0 not in codes), (p, codes, got)
     again = _produce([str(path), "--batch-records", "4"], store.url)
     assert again.exit_code == 0, again.output
     for p in (0, 1):
