@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 #: Every point the product marks, in the order a reconcile then a GC reaches them.
-POINTS = ("after_claim", "after_l1_write", "before_commit", "after_commit", "gc_after_delete_batch")
+POINTS = (
+    "after_claim",
+    "after_l1_write",
+    "before_commit",
+    "after_commit",
+    "gc_after_delete_batch",
+    "gc_before_record",  # a GC run's view and deleted-keys files written, its history record not
+)
 
 _handler: Callable[[str, int], None] | None = None
 

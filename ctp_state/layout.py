@@ -62,6 +62,16 @@ def gc_deletes_key(seq: int, run_id: str) -> str:
     return f"{GC_DELETES}{seq:020d}-{run_id}.parquet"
 
 
+_GC_RUN_FILE_RE = re.compile(r"([0-9]{20})-([0-9A-Za-z_-]+)\.parquet")
+
+
+def parse_gc_run_file(key: str, prefix: str) -> int | None:
+    """The seq of a GC run's file under ``prefix`` (:func:`gc_partitions_key`,
+    :func:`gc_deletes_key`); None for a key that is not one."""
+    m = _GC_RUN_FILE_RE.fullmatch(key[len(prefix) :]) if key.startswith(prefix) else None
+    return int(m.group(1)) if m else None
+
+
 def _epoch18(epoch: int) -> str:
     # Imported here: validate imports errors only, so there is no cycle, but keep the
     # layout module importable on its own.

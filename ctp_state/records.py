@@ -302,6 +302,7 @@ class GcRecord(Record, frozen=True, kw_only=True):
     l1_orphan_bytes_deleted: int = 0
     l1_delete_errors: int = 0
     tmp_deleted: int = 0
+    gc_orphans_deleted: int = 0  # files of dead GC runs that no record names (gc/partitions, gc/deleted)
 
     @property
     def passed(self) -> bool:

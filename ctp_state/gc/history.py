@@ -67,7 +67,7 @@ PARTITION_SCHEMA = pa.schema(
 DELETES_SCHEMA = pa.schema(
     [
         ("key", pa.string()),
-        ("kind", pa.string()),  # "l0" or "l1_orphan"
+        ("kind", pa.string()),  # "l0", "l1_orphan" or "gc_orphan" (a dead GC run's file)
         ("epoch", pa.int64()),  # the L0 key's epoch (null for L1)
         ("size", pa.int64()),
         ("outcome", pa.string()),  # deleted, failed (after retries), would_delete, unknown (the run failed)

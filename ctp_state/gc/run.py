@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ctp_state import layout
+from ctp_state import crashpoints, layout
 from ctp_state.errors import CorruptData, CtpError, GateFailed, ObjectNotFound, StateUnreadable
 from ctp_state.gc import l1 as gc_l1
 from ctp_state.gc.alert import m_alert
@@ -90,6 +90,7 @@ class Prepared:
     last_full_sweep_ms: int | None = None  # when the last completed full sweep started
     alert: GcAlert | None = None  # M stalled or a partition quarantined (gc/alert.py)
     statuses: dict[tuple[str, int], PartitionStatus] = field(default_factory=dict)  # for the operator's view
+    tail: list[GcRecord] = field(default_factory=list)  # the newest history records that read
 
 
 def prepare(
@@ -236,6 +237,7 @@ def prepare(
         last_full,
         alert=alert,
         statuses=statuses,
+        tail=tail,
     )
 
 
@@ -316,6 +318,8 @@ def run_gc(
         marks: dict[tuple[str, int], tuple[int, int]] | None = None,
         deletes: pa.Table | None = None,
     ) -> GcRecord:
+        written: list[str] = []  # this run's view and deleted-keys files, for every seq it tried
+
         def make(seq: int) -> GcRecord:
             nonlocal status
             finished_ms = int(clock() * 1000)
@@ -348,6 +352,8 @@ def run_gc(
                 else None
             )
             listed = history.write_deletes(seq, deletes, p.run_id) if deletes is not None else None
+            written.extend(k for k in (view, listed) if k is not None)
+            crashpoints.reached("gc_before_record")
             return GcRecord(
                 **base,
                 **extra,
@@ -359,7 +365,20 @@ def run_gc(
                 deletes_key=listed,
             )
 
-        return history.append(make)
+        rec: GcRecord | None = None
+        try:
+            rec = history.append(make)
+            return rec
+        finally:
+            # A seq lost to a concurrent GC (or a run that could not record at all) leaves
+            # files no record names: this run's own, so it removes them now.
+            mine = {rec.partitions_key, rec.deletes_key} if rec is not None else set()
+            stale = [k for k in written if k not in mine]
+            if stale:
+                try:
+                    store.delete_many(stale)
+                except CtpError as err:  # the next runs collect them (collect_gc_orphans)
+                    log.warning("could not remove this run's unrecorded files %s: %s", stale, err)
 
     on_progress("gate", 0, 1)
     result, failures = check(p, gate)
@@ -388,7 +407,8 @@ def run_gc(
     }
     bulk = store.bulk()  # listing and deletes pace themselves (AIMD per spread prefix)
     todo: list[ObjectInfo] | None = None  # planned: the audit trail of a run that fails part way
-    l1_res = GcCounters()
+    l1_res, gc_res = GcCounters(), GcCounters()
+    gc_orphans: list[ObjectInfo] = []
     try:
         on_progress("list", 0, 1)
         assert decision.m is not None  # a null M failed the gate above
@@ -430,10 +450,13 @@ def run_gc(
             on_progress=lambda d, t: on_progress("delete", d, t),
         )
         l1_res = delete_objects(bulk, l1_orphans, in_flight=config.in_flight)
+        gc_orphans = gc_run_orphans(store, p.tail, p.last_seq)
+        gc_res = delete_objects(bulk, gc_orphans, in_flight=config.in_flight)
         l1_info.update(
             l1_orphans_deleted=l1_res.deleted,
             l1_orphan_bytes_deleted=l1_res.deleted_bytes,
             l1_delete_errors=l1_res.delete_errors,
+            gc_orphans_deleted=gc_res.deleted,
             tmp_deleted=store.sweep_temporary(config.tmp_grace_s, clock()),
         )
     except CtpError as e:
@@ -464,7 +487,7 @@ def run_gc(
                 log.warning("could not close the GC's bulk S3 client: %s", err)
     # Keys that still fail after every retry make the run "partial": M stands, the
     # objects are listed again next run. L1 watermarks only move if every orphan went.
-    status = "partial" if counters.delete_errors or l1_res.delete_errors else "ok"
+    status = "partial" if counters.delete_errors or l1_res.delete_errors or gc_res.delete_errors else "ok"
     if p.full_sweep and not l1_res.delete_errors:  # a full sweep counts once every orphan it found went
         l1_info["l1_full_sweep_ms"] = p.started_ms
     return finish(
@@ -472,8 +495,37 @@ def run_gc(
         {**gate_info, **_counts(counters), **plan, **l1_info},
         with_view=True,
         marks=p.new_marks if not l1_res.delete_errors else None,
-        deletes=deletes_table(todo, set(counters.failed_keys), l1_orphans, set(l1_res.failed_keys), dry_run=False),
+        deletes=deletes_table(
+            todo,
+            set(counters.failed_keys),
+            l1_orphans,
+            set(l1_res.failed_keys),
+            dry_run=False,
+            gc_files=gc_orphans,
+            gc_failed=frozenset(gc_res.failed_keys),
+        ),
     )
+
+
+def gc_run_orphans(store: ObjectStore, tail: list[GcRecord], last_seq: int) -> list[ObjectInfo]:
+    """Files of GC runs that no record names, among the seqs of ``tail`` (records that
+    read, up to ``last_seq``): each seq's record names its own run's view and deleted-keys
+    files, so any other file with that seq is a dead run's (killed after writing it,
+    before its record; a run that loses a seq removes its own). A seq whose record does
+    not read keeps its files. Bounded by the tail: older seqs were looked at by earlier
+    runs."""
+    if not tail:
+        return []
+    named = {r.seq: {r.partitions_key, r.deletes_key} for r in tail}
+    first = min(named)
+    out: list[ObjectInfo] = []
+    for prefix in (layout.GC_PARTITIONS, layout.GC_DELETES):
+        start = f"{prefix}{first - 1:020d}-~" if first > 0 else None  # '~' sorts after every run id
+        for info in store.list(prefix, start_after=start, end_before=f"{prefix}{last_seq + 1:020d}"):
+            seq = layout.parse_gc_run_file(info.key, prefix)
+            if seq is not None and seq in named and info.key not in named[seq]:
+                out.append(info)
+    return out
 
 
 def _record_unreadable(store: ObjectStore, config: GcSettings, e: StateUnreadable, clock: Callable[[], float]) -> None:

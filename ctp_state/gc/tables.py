@@ -3,6 +3,7 @@ view the history keeps."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -127,6 +128,8 @@ def deletes_table(
     *,
     dry_run: bool,
     interrupted: bool = False,
+    gc_files: Sequence[ObjectInfo] = (),
+    gc_failed: frozenset[str] = frozenset(),
 ) -> pa.Table:
     """Every key a run deleted (a dry run: would delete), the ones that still failed
     after every retry marked ``failed``. A run ``interrupted`` part way (it failed) marks
@@ -138,11 +141,13 @@ def deletes_table(
 
     return pa.Table.from_pydict(
         {
-            "key": [o.key for o in l0] + [o.key for o in l1],
-            "kind": ["l0"] * len(l0) + ["l1_orphan"] * len(l1),
-            "epoch": [layout.parse_l0_key(o.key)[1] for o in l0] + [None] * len(l1),
-            "size": [o.size for o in l0] + [o.size for o in l1],
-            "outcome": [outcome(o.key, l0_failed) for o in l0] + [outcome(o.key, l1_failed) for o in l1],
+            "key": [o.key for o in l0] + [o.key for o in l1] + [o.key for o in gc_files],
+            "kind": ["l0"] * len(l0) + ["l1_orphan"] * len(l1) + ["gc_orphan"] * len(gc_files),
+            "epoch": [layout.parse_l0_key(o.key)[1] for o in l0] + [None] * (len(l1) + len(gc_files)),
+            "size": [o.size for o in l0] + [o.size for o in l1] + [o.size for o in gc_files],
+            "outcome": [outcome(o.key, l0_failed) for o in l0]
+            + [outcome(o.key, l1_failed) for o in l1]
+            + [outcome(o.key, set(gc_failed)) for o in gc_files],
         },
         schema=DELETES_SCHEMA,
     )

@@ -25,7 +25,7 @@ TOPIC = "sim"
 #: ``tests/hooks``): the schedule puts each of them into every run long enough to hold them.
 CRASH_POINTS = {
     "reconcile": ("after_claim", "after_l1_write", "before_commit", "after_commit"),
-    "gc": ("gc_after_delete_batch",),
+    "gc": ("gc_after_delete_batch", "gc_before_record"),
 }
 #: Fault kinds of the S3 proxy (tests/s3_fault_proxy.py), each in every S3 run's mix.
 FAULT_KINDS = (
