@@ -186,6 +186,7 @@ def run_reconcile(
     for t, p, why in unreadable:  # the others are reconciled; this one is reported
         reports.start(t, p, status="error", reason=f"state cannot be read: {why}")
     todo = [s for s in states if needs_work(s, c, config.idle_lag)]
+    todo = _skip_still_lost(store, todo, reports)
 
     # 2. claims
     mode = AccessMode.WAIT_FOR_EXCLUSIVE if config.claim_wait_s > 0 else AccessMode.EXCLUSIVE
@@ -221,6 +222,41 @@ def run_reconcile(
 
     summary = _summarize(run_id, started_ms, c, config, reports)
     return reconcile_summaries(store).append(lambda seq: summary)
+
+
+def _skip_still_lost(store: ObjectStore, todo: list[sm.PartitionState], reports: _Reports) -> list[sm.PartitionState]:
+    """Partitions the newest run quarantined over a missing L0 object that is still
+    missing (one HEAD each) are not claimed or read again: the run that quarantined one
+    committed everything before the object's chunk, so nothing can move until an
+    operator restores it. The report says so, and how."""
+    try:
+        newest = reconcile_summaries(store).newest()
+    except CtpError as e:
+        logger.warning("could not read the newest reconcile summary: %s", e)
+        return todo
+    lost = {
+        (r.topic, r.partition): r.key
+        for r in (newest.partitions if newest else ())
+        if r.status == "quarantined" and r.key  # the L0 object it could not read (gone, or damaged)
+    }
+    out = []
+    for s in todo:
+        key = lost.get((s.topic, s.partition))
+        first = next((p for p in s.pending if p.l0_key == key), None) if key else None
+        if first is None or store.head(key) is not None:  # type: ignore[arg-type]
+            out.append(s)
+            continue
+        held = sum(p.record_count for p in s.pending if p.log_offset >= first.log_offset)
+        reports.set(
+            (s.topic, s.partition),
+            status="quarantined",
+            key=key,
+            reason=(
+                f"L0 object {key} is still missing (chunk at log offset {first.log_offset}): restore it from a "
+                f"backup and the next reconcile goes on; {held} records from there on wait (nothing was re-read)"
+            ),
+        )
+    return out
 
 
 def _snapshot(store: ObjectStore, topic: str, partition: int) -> None:
@@ -286,9 +322,14 @@ def _build_and_commit(
         # the separate release in ``finally`` does.
         released_by_entry = False
         try:
-            bad = [by_key[f.key] for f in fs if "error" in by_key[f.key]]
-            if bad:
-                reports.set(tp, status="quarantined", reason=bad[0]["error"], key=bad[0].get("l0_key"))
+            # Files before the first that failed (a lost or damaged L0 chunk) are committed;
+            # the rest waits, so a later run starts at the bad chunk instead of reading the
+            # whole backlog again, and the partition is reported quarantined.
+            first_bad = next((i for i, f in enumerate(fs) if "error" in by_key[f.key]), None)
+            bad = None if first_bad is None else by_key[fs[first_bad].key]
+            fs = fs if first_bad is None else fs[:first_bad]
+            if bad is not None and not fs:
+                reports.set(tp, status="quarantined", reason=bad["error"], key=bad.get("l0_key"))
                 return
             if fs:
                 through = fs[-1].chunks[-1].log_offset
@@ -304,7 +345,9 @@ def _build_and_commit(
                 # the claim tells: if a producer wrote since, the advance is refused and
                 # the separate release runs, or it is left for the next run).
                 then = sm.apply(st, st.applied_offset + 1, entry(st))
-                release = None if then.rejected is None and _advance_due(then.state, c, config) else owner
+                release = (
+                    None if bad is None and then.rejected is None and _advance_due(then.state, c, config) else owner
+                )
                 out = log.append(st, lambda fresh: entry(fresh, release)).outcome
                 if out.rejected is not None:
                     reports.set(tp, status=_verdict_status(out.rejected), reason=str(out.rejected))
@@ -320,6 +363,9 @@ def _build_and_commit(
                     l1_files=keys,
                 )
                 crashpoints.reached("after_commit", index)
+                if bad is not None:
+                    reports.set(tp, status="quarantined", reason=bad["error"], key=bad.get("l0_key"))
+                    return
             if not released_by_entry and _advance_due(st, c, config):
                 out = log.append(st, lambda _s: Advance(c, writer_epoch, owner)).outcome
                 if out.rejected is None:
