@@ -152,19 +152,20 @@ def prepare(
         ref = r
         break
     if ref:
+        # What the reference run learnt of a partition holds only for the same incarnation
+        # of its topic: a topic deleted and created again (with any partition count)
+        # starts with no watermark (every L1 file of the new incarnation is checked) and
+        # no earlier lower bound, and the old incarnation's partitions are not "gone".
+        incarnation = {v.topic: v.topic_id for v in views}
+        same = [r for r in pt if r.topic not in incarnation or incarnation[r.topic] == r.topic_id]
         now = {(v.topic, v.partition) for v in views}
         gone = [
             (r.topic, r.partition, f"the GC run {ref.seq} saw this partition, the topic metadata no longer lists it")
-            for r in pt
+            for r in same
             if (r.topic, r.partition) not in now
         ]
         if gone:
             raise StateUnreadable(gone)
-        # What the reference run learnt of a partition holds only for the same incarnation
-        # of its topic: a topic deleted and created again starts with no watermark (every
-        # L1 file of the new incarnation is checked) and no earlier lower bound.
-        incarnation = {(v.topic, v.partition): v.topic_id for v in views}
-        same = [r for r in pt if incarnation.get((r.topic, r.partition), r.topic_id) == r.topic_id]
         previous_lb = {
             (r.topic, r.partition): r.min_epoch_lower_bound for r in same if r.min_epoch_lower_bound is not None
         }
@@ -318,7 +319,7 @@ def run_gc(
         marks: dict[tuple[str, int], tuple[int, int]] | None = None,
         deletes: pa.Table | None = None,
     ) -> GcRecord:
-        written: list[str] = []  # this run's view and deleted-keys files, for every seq it tried
+        written: dict[int, list[str]] = {}  # this run's view and deleted-keys files, by the seq tried
 
         def make(seq: int) -> GcRecord:
             nonlocal status
@@ -352,7 +353,7 @@ def run_gc(
                 else None
             )
             listed = history.write_deletes(seq, deletes, p.run_id) if deletes is not None else None
-            written.extend(k for k in (view, listed) if k is not None)
+            written.setdefault(seq, []).extend(k for k in (view, listed) if k is not None)
             crashpoints.reached("gc_before_record")
             return GcRecord(
                 **base,
@@ -370,14 +371,17 @@ def run_gc(
             rec = history.append(make)
             return rec
         finally:
-            # A seq lost to a concurrent GC (or a run that could not record at all) leaves
-            # files no record names: this run's own, so it removes them now.
-            mine = {rec.partitions_key, rec.deletes_key} if rec is not None else set()
-            stale = [k for k in written if k not in mine]
+            # A seq lost to a concurrent GC leaves files no record names: this run's own,
+            # so it removes them now. The seq it holds is kept, and so is the last one it
+            # tried when the append failed: that record may have landed (its response
+            # lost); if it did not, the run that takes the seq collects them
+            # (gc_run_orphans).
+            keep = rec.seq if rec is not None else max(written, default=-1)
+            stale = [k for seq, keys in written.items() if seq != keep for k in keys]
             if stale:
                 try:
                     store.delete_many(stale)
-                except CtpError as err:  # the next runs collect them (collect_gc_orphans)
+                except CtpError as err:  # the next runs collect them (gc_run_orphans)
                     log.warning("could not remove this run's unrecorded files %s: %s", stale, err)
 
     on_progress("gate", 0, 1)

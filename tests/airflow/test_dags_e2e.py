@@ -45,6 +45,19 @@ def test_the_three_dags_run_end_to_end(airflow_env, store, tmp_path):
     assert out["gc_status"] == "ok"
     assert os.path.exists(out["report"]) and out["report"].startswith(str(tmp_path))
     task_logs = open(log).read()
+    # Everything the run left behind: what it printed, the task logs (spark-submit's
+    # command line and conf included), every XCom, the report and its Data Docs.
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(airflow_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    with engine.connect() as db:
+        xcoms = [str(v) for (v,) in db.execute(sqlalchemy.text("SELECT value FROM xcom"))]
+    engine.dispose()
+    assert xcoms  # the DAGs hand results through XCom: there is something to look at
+    report_dir = os.path.dirname(out["report"])
+    report = "".join(open(os.path.join(d, f), errors="replace").read() for d, _, fs in os.walk(report_dir) for f in fs)
     for secret in [v for k, v in os.environ.items() if k == "AWS_SECRET_ACCESS_KEY"] or ["testing-secret-do-not-log"]:
-        assert secret not in r.stdout + r.stderr + task_logs  # the S3 secret never shows
+        for where, text in (("output", r.stdout + r.stderr), ("task logs", task_logs), ("report", report)):
+            assert secret not in text, where  # the S3 secret never shows
+        assert not any(secret in x for x in xcoms), "xcom"
     assert "spark-submit" in task_logs  # the reconcile DAG really went through spark-submit
