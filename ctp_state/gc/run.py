@@ -413,6 +413,20 @@ def run_gc(
     todo: list[ObjectInfo] | None = None  # planned: the audit trail of a run that fails part way
     l1_res, gc_res = GcCounters(), GcCounters()
     gc_orphans: list[ObjectInfo] = []
+
+    def deletes(planned: list[ObjectInfo], *, interrupted: bool = False) -> pa.Table:
+        """Every key this run deleted (or, ``interrupted``, may have), on its audit trail."""
+        return deletes_table(
+            planned,
+            set(counters.failed_keys),
+            l1_orphans,
+            set(l1_res.failed_keys),
+            dry_run=False,
+            interrupted=interrupted,
+            gc_files=gc_orphans,
+            gc_failed=frozenset(gc_res.failed_keys),
+        )
+
     try:
         on_progress("list", 0, 1)
         assert decision.m is not None  # a null M failed the gate above
@@ -469,16 +483,7 @@ def run_gc(
                 "failed",
                 {**gate_info, **_counts(counters), **l1_info, "error": str(e)},
                 with_view=False,
-                deletes=None
-                if todo is None or config.dry_run
-                else deletes_table(
-                    todo,
-                    set(counters.failed_keys),
-                    l1_orphans,
-                    set(l1_res.failed_keys),
-                    dry_run=False,
-                    interrupted=True,
-                ),
+                deletes=None if todo is None or config.dry_run else deletes(todo, interrupted=True),
             )
         except CtpError as err:  # the store is down: the operator needs the first error, not this one
             log.warning("could not record the failed GC run: %s", err)
@@ -499,15 +504,7 @@ def run_gc(
         {**gate_info, **_counts(counters), **plan, **l1_info},
         with_view=True,
         marks=p.new_marks if not l1_res.delete_errors else None,
-        deletes=deletes_table(
-            todo,
-            set(counters.failed_keys),
-            l1_orphans,
-            set(l1_res.failed_keys),
-            dry_run=False,
-            gc_files=gc_orphans,
-            gc_failed=frozenset(gc_res.failed_keys),
-        ),
+        deletes=deletes(todo),
     )
 
 

@@ -31,6 +31,7 @@ from ctp_state.status import reconcile_summaries
 from ctp_state.topics import Topic, create_topic, encode_meta, get_topic
 from tests.attack.conftest import LostResponses
 from tests.attack.helpers import l0_keys, values
+from tests.gc.test_gc_run_files import named, run_files
 from tests.safety.test_topic_incarnations import remove_by_hand
 from tests.support import Wrapped
 
@@ -38,17 +39,6 @@ ONE_PER_CHUNK = ReconcileSettings(target_file_bytes=1)
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
-def run_files(store) -> set[str]:
-    return {o.key for p in (layout.GC_PARTITIONS, layout.GC_DELETES) for o in store.list(p)}
-
-
-def named(store) -> set[str]:
-    keys: set[str] = set()
-    for r in GcHistory(store).records():
-        keys |= {k for k in (r.partitions_key, r.deletes_key) if k}
-    return keys
 
 
 def write(store, topic: str, partition: int, tag: str, n: int = 5) -> list[bytes]:
@@ -178,17 +168,11 @@ def test_a_topic_recreated_with_fewer_partitions_does_not_wedge_the_gc(fstore, g
     assert not failed, f"{len(failed)} of 3 GC runs after re-creating t with 1 partition: {failed[-1]}"
 
 
-def test_a_topic_recreated_with_more_partitions_reads_every_new_file(fstore, gate):
-    """HELD. Rows of the old incarnation give no watermark; the new incarnation's t/0
-    first file, damaged, fails the gate and its L0 source stays."""
-    create_topic(fstore, "t", 1)
-    ce = ClusterEpoch(fstore)
-    ce.advance()
-    write(fstore, "t", 0, "old", 20)
-    settle(fstore, ce)
-    assert run_gc(fstore, gate=gate).status == "ok"
+def recreate_with_a_damaged_first_file_and_gc(fstore, ce, gate, *, partitions: int) -> None:
+    """Remove t by hand, create it again with ``partitions``, reconcile 20 records into
+    its first file, flip a bit in it: the gate must read it and fail, keeping its L0."""
     remove_by_hand(fstore, "t")
-    create_topic(fstore, "t", 3)
+    create_topic(fstore, "t", partitions)
     write(fstore, "t", 0, "new", 20)
     run_reconcile(fstore)
     (l1,), _ = committed_l1_keys(PartitionLog(fstore, "t", 0))
@@ -200,6 +184,18 @@ def test_a_topic_recreated_with_more_partitions_reads_every_new_file(fstore, gat
     with pytest.raises(GateFailed, match="checksums_ok"):
         run_gc(fstore, gate=gate)
     assert l0_keys(fstore) == before
+
+
+def test_a_topic_recreated_with_more_partitions_reads_every_new_file(fstore, gate):
+    """HELD. Rows of the old incarnation give no watermark; the new incarnation's t/0
+    first file, damaged, fails the gate and its L0 source stays."""
+    create_topic(fstore, "t", 1)
+    ce = ClusterEpoch(fstore)
+    ce.advance()
+    write(fstore, "t", 0, "old", 20)
+    settle(fstore, ce)
+    assert run_gc(fstore, gate=gate).status == "ok"
+    recreate_with_a_damaged_first_file_and_gc(fstore, ce, gate, partitions=3)
 
 
 def test_a_legacy_topic_recreated_does_not_inherit_its_watermark(fstore, gate):
@@ -213,19 +209,7 @@ def test_a_legacy_topic_recreated_does_not_inherit_its_watermark(fstore, gate):
     write(fstore, "t", 0, "old", 20)
     settle(fstore, ce)
     assert run_gc(fstore, gate=gate).status == "ok"
-    remove_by_hand(fstore, "t")
-    create_topic(fstore, "t", 1)
-    write(fstore, "t", 0, "new", 20)
-    run_reconcile(fstore)
-    (l1,), _ = committed_l1_keys(PartitionLog(fstore, "t", 0))
-    data = bytearray(fstore.get(l1))
-    data[len(data) // 2] ^= 0x10
-    fstore.put(l1, bytes(data))
-    before = l0_keys(fstore)
-    settle(fstore, ce)
-    with pytest.raises(GateFailed, match="checksums_ok"):
-        run_gc(fstore, gate=gate)
-    assert l0_keys(fstore) == before
+    recreate_with_a_damaged_first_file_and_gc(fstore, ce, gate, partitions=1)
 
 
 class RecreateWhileReadingMarker(Wrapped):
