@@ -142,8 +142,8 @@ class LocalS3:
                 weed_binary(),
                 "mini",
                 f"-dir={self.data_dir}",
-                # Its own default is a directory named by the master's port: a restart on
-                # other free ports would forget every volume, and so every object.
+                # Its own default is a new directory named by the master's port at every
+                # start on other free ports (the volumes are found again either way): one.
                 f"-master.dir={self.data_dir / 'master'}",
                 "-ip=127.0.0.1",
                 "-ip.bind=127.0.0.1",
