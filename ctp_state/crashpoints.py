@@ -18,6 +18,11 @@ POINTS = (
     "after_commit",
     "gc_after_delete_batch",
     "gc_before_record",  # a GC run's view and deleted-keys files written, its history record not
+    "delete_after_tombstone",  # ctp topic delete: the tombstone written, no log sealed
+    "delete_after_seal",  # ... partition n's log sealed (or found sealed)
+    "gc_remove_after_l1",  # a GC removing a deleted incarnation: its L1 files gone
+    "gc_remove_after_snapshots",  # ... and its snapshots
+    "gc_remove_after_logs",  # ... and its logs, the removal not yet recorded
 )
 
 _handler: Callable[[str, int], None] | None = None

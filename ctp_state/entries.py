@@ -125,8 +125,18 @@ class Release:
     writer_epoch: int
 
 
-Entry = Init | Placeholder | Reconcile | Advance | Claim | Release
-_KINDS: dict[str, type] = {c.kind: c for c in (Init, Placeholder, Reconcile, Advance, Claim, Release)}
+@dataclass(frozen=True, slots=True)
+class Seal:
+    """R10: the partition's topic incarnation was deleted (``ctp topic delete``); every
+    entry after this one is rejected, so an appender that missed the delete learns it
+    from the log itself. ``at_ms`` is the sealer's clock, for people only."""
+
+    kind: ClassVar[str] = "seal"
+    at_ms: int
+
+
+Entry = Init | Placeholder | Reconcile | Advance | Claim | Release | Seal
+_KINDS: dict[str, type] = {c.kind: c for c in (Init, Placeholder, Reconcile, Advance, Claim, Release, Seal)}
 
 
 def encode(entry: Entry) -> bytes:
@@ -262,6 +272,8 @@ def _build(cls: type, body: dict[str, Any]) -> Entry:
                 now_ms=_int(body, "now_ms"),
                 expired=tuple((o, validate.int64(we, what="expired writer epoch", minimum=1)) for o, we in expired),
             )
+        if cls is Seal:
+            return Seal(at_ms=_int(body, "at_ms"))
         if cls is Release:
             owner = body["owner"]
             if not isinstance(owner, str) or not owner:

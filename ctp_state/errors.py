@@ -55,6 +55,18 @@ class TopicNotFound(CtpError):
         super().__init__(f"topic {topic!r} does not exist (create it with `ctp topic create`)")
 
 
+class TopicDeleted(TopicNotFound):
+    """The name's incarnation was deleted (its state may still be being removed)."""
+
+    def __init__(self, topic: str, incarnation: str):
+        self.topic, self.incarnation = topic, incarnation
+        CtpError.__init__(
+            self,
+            f"topic {topic!r} was deleted (incarnation {incarnation}; the GC removes its state); "
+            "`ctp topic create` makes a new one",
+        )
+
+
 class TopicExists(CtpError):
     def __init__(self, topic: str, partitions: int):
         self.topic = topic
@@ -152,6 +164,16 @@ class Rejected(CtpError):
     """
 
     code = "rejected"
+
+
+class PartitionSealed(Rejected):
+    """R10: the partition's topic incarnation was deleted; its log takes nothing more."""
+
+    code = "topic_deleted"
+
+    def __init__(self, topic: str, partition: int):
+        self.topic, self.partition = topic, partition
+        super().__init__(f"{topic}/{partition}: the topic was deleted; the partition's log is sealed")
 
 
 class StaleClusterEpoch(Rejected):

@@ -48,6 +48,7 @@ class ProduceReport:
     rejected_by_reason: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     first_error: str | None = None
     completed_before: dict[str, Any] | None = None  # the marker of an earlier complete run
+    topics: dict[str, str | None] = field(default_factory=dict)  # the incarnation of each topic written to
 
     @property
     def complete(self) -> bool:
@@ -86,6 +87,7 @@ class ProduceReport:
             "not_sent": self.not_sent,
             "rejected_by_reason": dict(self.rejected_by_reason),
             "completed_before": self.completed_before,
+            "topics": self.topics,
         }
 
 
@@ -156,6 +158,7 @@ def produce_input(
     # The marker says which incarnation of each topic it was written into: a topic
     # deleted and created again since holds none of those records.
     incarnations = {t: get_topic(store, t).id for t in sorted({t for t, _, _ in records})}
+    report.topics = incarnations
     try:
         done = codec.unseal(store.get(marker), marker, "produce marker")
         if done.get("digest") != digest or done.get("records") != len(records):

@@ -47,6 +47,8 @@ class L1File:
     topic: str
     partition: int
     chunks: tuple[Pending, ...]
+    #: The id in the topic's keys (None: keys carry only the topic's name).
+    topic_id: str | None = None
 
     @property
     def first_offset(self) -> int:
@@ -58,7 +60,7 @@ class L1File:
 
     @property
     def key(self) -> str:
-        return layout.l1_key(self.topic, self.partition, self.first_offset, self.last_offset)
+        return layout.l1_key(self.topic, self.partition, self.first_offset, self.last_offset, self.topic_id)
 
     @property
     def l0_bytes(self) -> int:
@@ -108,7 +110,9 @@ def to_l1_table(batches: Sequence[tuple[int, pa.RecordBatch]]) -> pa.Table:
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
 
-def encode_parquet(table: pa.Table, topic: str, partition: int, *, compression: str = "zstd") -> bytes:
+def encode_parquet(
+    table: pa.Table, topic: str, partition: int, *, compression: str = "zstd", topic_id: str | None = None
+) -> bytes:
     first, last = table.column("offset")[0].as_py(), table.column("offset")[-1].as_py()
     meta = {
         b"ctp.format_version": L1_FORMAT_VERSION.encode(),
@@ -117,6 +121,8 @@ def encode_parquet(table: pa.Table, topic: str, partition: int, *, compression: 
         b"ctp.first_offset": str(first).encode(),
         b"ctp.last_offset": str(last).encode(),
     }
+    if topic_id is not None:
+        meta[b"ctp.topic_id"] = topic_id.encode()
     table = table.replace_schema_metadata(meta)
     buf = io.BytesIO()
     # Page checksums (CRC32) carry the end-to-end check past the L0 chunk's CRC32C: a
@@ -138,7 +144,7 @@ def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> d
     batches = [(c.base_offset, decode_checked(c, data)) for c, data in raw]
     table = to_l1_table(batches)
     t2 = time.perf_counter()
-    data = encode_parquet(table, f.topic, f.partition, compression=compression)
+    data = encode_parquet(table, f.topic, f.partition, compression=compression, topic_id=f.topic_id)
     t3 = time.perf_counter()
     data = write_once(store, f.key, data, table)
     t4 = time.perf_counter()

@@ -4,17 +4,25 @@
 
     cluster/epoch/hint                          newest epoch seen by an advancer (a hint)
     cluster/epoch/markers/<epoch:018d>          one create-if-absent marker per epoch
-    meta/topics/<topic>.json                    topic metadata (partition count)
-    logs/<topic>/<partition:06d>/<offset:020d>.json        state-log entries
-    snapshots/<topic>/<partition:06d>/latest.json          newest state snapshot
+    meta/topics/<topic>.json                    a name's first incarnation (partition count, id)
+    meta/history/<topic>/<seq:020d>.json        what happened to the name since: deletes, re-creates
+    logs/<space>/<partition:06d>/<offset:020d>.json        state-log entries
+    snapshots/<space>/<partition:06d>/latest.json          newest state snapshot
     l0/<spread:03d>/<epoch:018d>/<uuid>.l0     L0 objects (docs/design.md, section 7)
-    l1/<topic>/<partition:06d>/<first:020d>-<last:020d>.parquet   L1 files
+    l1/<space>/<partition:06d>/<first:020d>-<last:020d>.parquet   L1 files
     runs/produce/<producer id>.json             an input produced completely (ctp produce)
     runs/reconcile/<seq:020d>.json              reconcile run summaries (a dense sequence)
     gc/history/<seq:020d>.json                  GC history records (a dense sequence)
     gc/partitions/<seq:020d>-<run id>.parquet   each GC run's partition view
     gc/deleted/<seq:020d>-<run id>.parquet      the keys each GC run deleted
     reports/gc/...                              the published operator report
+
+A topic's *space* is ``<topic>/<incarnation id>``: every log, snapshot and L1 file of
+one incarnation lives under its own id, so nothing an old incarnation writes, however
+late, lands among a newer one's keys (docs/design.md, "Topic incarnations"). Topics
+created before ids were part of keys (metadata versions 1-3) keep the space
+``<topic>``: its partition directories are 6 digits, an id 32 hex digits, so the two
+never share a key.
 
 Zero-padding makes byte-wise key order equal numeric order, so listing a log lists
 offsets in order and listing an L0 spread prefix lists epochs in order.
@@ -23,6 +31,7 @@ offsets in order and listing an L0 spread prefix lists epochs in order.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from ctp_state.errors import CorruptData
 
@@ -99,15 +108,37 @@ def topic_meta(topic: str) -> str:
     return f"{TOPICS}{topic}.json"
 
 
+TOPIC_HISTORY = "meta/history/"
+
+
+def topic_history(topic: str) -> str:
+    """The prefix of the dense sequence of what happened to a name after its first
+    incarnation (:mod:`ctp_state.topics`)."""
+    return f"{TOPIC_HISTORY}{topic}/"
+
+
+def space(topic: str, topic_id: str | None) -> str:
+    """The key space of one incarnation of ``topic`` (``topic_id`` None: a topic whose
+    keys carry only its name)."""
+    return topic if topic_id is None else f"{topic}/{topic_id}"
+
+
 LOGS_ROOT = "logs/"
+SNAPSHOTS_ROOT = "snapshots/"
 
 
-def log_prefix(topic: str, partition: int) -> str:
-    return f"{LOGS_ROOT}{topic}/{partition:06d}/"
+def is_partition_dir(d: str, parent: str) -> bool:
+    """Whether ``d`` is ``<parent><6 ASCII digits>/`` (a partition's directory)."""
+    name = d[len(parent) : -1] if d.startswith(parent) and d.endswith("/") else ""
+    return len(name) == 6 and name.isascii() and name.isdigit()
 
 
-def log_entry(topic: str, partition: int, offset: int) -> str:
-    return f"{log_prefix(topic, partition)}{offset:020d}.json"
+def log_prefix(topic: str, partition: int, topic_id: str | None = None) -> str:
+    return f"{LOGS_ROOT}{space(topic, topic_id)}/{partition:06d}/"
+
+
+def log_entry(topic: str, partition: int, offset: int, topic_id: str | None = None) -> str:
+    return f"{log_prefix(topic, partition, topic_id)}{offset:020d}.json"
 
 
 _ENTRY_RE = re.compile(r"([0-9]{20})\.json")
@@ -120,8 +151,8 @@ def log_offset_of(key: str, prefix: str) -> int:
     return int(m.group(1))
 
 
-def snapshot(topic: str, partition: int) -> str:
-    return f"snapshots/{topic}/{partition:06d}/latest.json"
+def snapshot(topic: str, partition: int, topic_id: str | None = None) -> str:
+    return f"{SNAPSHOTS_ROOT}{space(topic, topic_id)}/{partition:06d}/latest.json"
 
 
 def l0_key(spread: int, epoch: int, unique: str) -> str:
@@ -152,31 +183,39 @@ def parse_l0_key(key: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def l1_key(topic: str, partition: int, first: int, last: int) -> str:
-    return f"{l1_partition_prefix(topic, partition)}{first:020d}-{last:020d}.parquet"
+def l1_key(topic: str, partition: int, first: int, last: int, topic_id: str | None = None) -> str:
+    return f"{l1_partition_prefix(topic, partition, topic_id)}{first:020d}-{last:020d}.parquet"
 
 
-def l1_partition_prefix(topic: str, partition: int) -> str:
+def l1_partition_prefix(topic: str, partition: int, topic_id: str | None = None) -> str:
     """Where one partition's L1 files live (listing it lists them in offset order)."""
-    return f"{L1_ROOT}{topic}/{partition:06d}/"
+    return f"{L1_ROOT}{space(topic, topic_id)}/{partition:06d}/"
 
 
-def l1_after(topic: str, partition: int, offset: int) -> str:
+def l1_after(topic: str, partition: int, offset: int, topic_id: str | None = None) -> str:
     """A key that sorts after every L1 file of the partition whose first offset is <=
     ``offset`` and before every one that starts later (a listing's start-after)."""
-    return f"{l1_partition_prefix(topic, partition)}{offset:020d}-99999999999999999999"
+    return f"{l1_partition_prefix(topic, partition, topic_id)}{offset:020d}-99999999999999999999"
 
 
-_L1_RE = re.compile(r"l1/([A-Za-z0-9._-]{1,249})/([0-9]{6})/([0-9]{20})-([0-9]{20})\.parquet")
+_L1_RE = re.compile(r"l1/([A-Za-z0-9._-]{1,249})/(?:([0-9a-f]{32})/)?([0-9]{6})/([0-9]{20})-([0-9]{20})\.parquet")
 
 
-def parse_l1_key(key: str) -> tuple[str, int, int, int]:
-    """Return ``(topic, partition, first offset, last offset)`` of an L1 key; raise
+class L1Name(NamedTuple):
+    topic: str
+    topic_id: str | None  # None: a topic whose keys carry only its name
+    partition: int
+    first: int
+    last: int
+
+
+def parse_l1_key(key: str) -> L1Name:
+    """The topic, incarnation, partition and offsets an L1 key names; raise
     :class:`CorruptData` naming a key that is not one."""
     m = _L1_RE.fullmatch(key)
-    if not m or int(m.group(4)) < int(m.group(3)):
-        raise CorruptData(key, "not an L1 key l1/<topic>/<partition>/<first>-<last>.parquet")
-    return m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if not m or int(m.group(5)) < int(m.group(4)):
+        raise CorruptData(key, "not an L1 key l1/<topic>[/<id>]/<partition>/<first>-<last>.parquet")
+    return L1Name(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5)))
 
 
 _PRODUCER_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")

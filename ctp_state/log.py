@@ -26,6 +26,7 @@ the outcome is :class:`~ctp_state.errors.OutcomeUnknown`, never a rejection (I4)
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,12 +46,38 @@ from ctp_state.errors import (
 )
 from ctp_state.sequence import CreateOutcomeUnknown, create_next, create_once
 from ctp_state.storage import ObjectStore
+from ctp_state.topic_meta import Topic
 
 DEFAULT_SNAPSHOT_EVERY = 64
 DEFAULT_APPEND_ATTEMPTS = 64
 #: Attempts to learn an append's outcome after the store failed it (each after a backoff).
 DEFAULT_RESOLVE_ATTEMPTS = 6
 log = logging.getLogger(__name__)
+
+
+class _Counter:
+    """A process-wide count (thread-safe enough for a metric: ``+=`` under the GIL is
+    not atomic, so a lock keeps it exact for the tests that read it)."""
+
+    def __init__(self) -> None:
+        self._n, self._lock = 0, threading.Lock()
+
+    def inc(self) -> None:
+        with self._lock:
+            self._n += 1
+
+    @property
+    def value(self) -> int:
+        return self._n
+
+
+#: Snapshots set aside because the log does not reach the offset they claim to cover.
+SNAPSHOTS_SET_ASIDE = _Counter()
+
+
+class _SnapshotAhead(Exception):
+    def __init__(self, offset: int):
+        self.offset = offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +93,10 @@ class PartitionLog:
     def __init__(
         self,
         store: ObjectStore,
-        topic: str,
+        topic: Topic | str,
         partition: int,
         *,
+        topic_id: str | None = None,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         max_attempts: int = DEFAULT_APPEND_ATTEMPTS,
         resolve_attempts: int = DEFAULT_RESOLVE_ATTEMPTS,
@@ -76,8 +104,12 @@ class PartitionLog:
         sleep: Callable[[float], None] = time.sleep,
         write_snapshots: bool = True,
     ):
-        self.store, self.topic, self.partition = store, topic, partition
-        self.prefix = layout.log_prefix(topic, partition)
+        name = topic.name if isinstance(topic, Topic) else topic
+        if isinstance(topic, Topic):
+            topic_id = topic.key_id
+        #: The incarnation id in this log's keys (None: a topic whose keys carry only its name).
+        self.store, self.topic, self.partition, self.topic_id = store, name, partition, topic_id
+        self.prefix = layout.log_prefix(name, partition, topic_id)
         self.snapshot_every = snapshot_every
         self.max_attempts = max_attempts
         self.resolve_attempts, self.resolve_backoff_s, self._sleep = resolve_attempts, resolve_backoff_s, sleep
@@ -87,10 +119,10 @@ class PartitionLog:
         self.snapshot_problem: str | None = None
 
     def key(self, offset: int) -> str:
-        return layout.log_entry(self.topic, self.partition, offset)
+        return layout.log_entry(self.topic, self.partition, offset, self.topic_id)
 
     def empty_state(self) -> sm.PartitionState:
-        return sm.PartitionState(self.topic, self.partition)
+        return sm.PartitionState(self.topic, self.partition, topic_id=self.topic_id)
 
     # --- reading ---
 
@@ -98,7 +130,7 @@ class PartitionLog:
         """The newest snapshot's state, or the empty state when there is none. A
         snapshot that does not check out is set aside (the empty state is returned and
         ``snapshot_problem`` says why) unless ``strict``, which raises."""
-        key = layout.snapshot(self.topic, self.partition)
+        key = layout.snapshot(self.topic, self.partition, self.topic_id)
         self.snapshot_problem = None
         try:
             data = self.store.get(key)
@@ -106,8 +138,10 @@ class PartitionLog:
             return self.empty_state()
         try:
             st = sm.decode_snapshot(data, key)
-            if (st.topic, st.partition) != (self.topic, self.partition):
-                raise CorruptData(key, f"snapshot belongs to {st.topic}/{st.partition}")
+            if (st.topic, st.partition, st.topic_id) != (self.topic, self.partition, self.topic_id):
+                raise CorruptData(
+                    key, f"snapshot belongs to {st.topic}/{st.partition} of incarnation {st.topic_id or 'legacy'}"
+                )
         except CorruptData as e:
             if strict:
                 raise
@@ -123,16 +157,45 @@ class PartitionLog:
         the fence window collapsed to ``[max_applied_epoch]`` (a process that reads the
         state is a restart, whether a snapshot covers the newest entry or not; the
         window is volatile and no verdict depends on it, R2)."""
-        state = self.catch_up(self.read_snapshot())
+        snap = self.read_snapshot()
+        try:
+            state = self.catch_up(snap, reach=True)
+        except _SnapshotAhead as e:
+            # A snapshot is trusted only as far as the log vouches for it: one that covers
+            # entries the log does not hold is not this log's summary (it landed late,
+            # or was put there), so it is set aside and counted like a corrupt one.
+            key = layout.snapshot(self.topic, self.partition, self.topic_id)
+            self.snapshot_problem = (
+                f"{key}: snapshot covers log offset {snap.applied_offset} but the log holds no entry "
+                f"{e.offset}; set aside"
+            )
+            SNAPSHOTS_SET_ASIDE.inc()
+            log.warning("%s; rebuilding %s/%d from its log", self.snapshot_problem, self.topic, self.partition)
+            self._snapshot_offset = -1
+            state = self.catch_up(self.empty_state())
         self._maybe_snapshot(state)
         return sm.recover(state)
 
-    def entries(self, after: int = -1) -> Iterator[tuple[int, Entry]]:
-        """Yield ``(offset, entry)`` for every entry after log offset ``after``."""
-        start_after = self.key(after) if after >= 0 else None
-        expected = after + 1
+    def entries(self, after: int = -1, *, reach: bool = False) -> Iterator[tuple[int, Entry]]:
+        """Yield ``(offset, entry)`` for every entry after log offset ``after``. With
+        ``reach``, first check that the log holds entry ``after`` itself (one LIST all
+        the same: it starts one key earlier), raising :class:`_SnapshotAhead` if not."""
+        if reach and after >= 0:
+            start_after = self.key(after - 1) if after >= 1 else None
+            expected = after
+        else:
+            start_after = self.key(after) if after >= 0 else None
+            expected = after + 1
+        checking = reach and after >= 0
         for info in self.store.list(self.prefix, start_after=start_after):
             offset = layout.log_offset_of(info.key, self.prefix)
+            if checking:
+                checking = False
+                if offset != after and self.store.head(self.key(after)) is None:
+                    raise _SnapshotAhead(after)
+                expected = after + 1
+                if offset == after:
+                    continue
             # A log of create-if-absent appends has no holes, but a listing taken while
             # it grows may skip an entry and return a later one (a directory read during
             # link(2)s on the local store). Read the skipped keys themselves; only one
@@ -149,16 +212,19 @@ class PartitionLog:
                 raise LogGap(info.key, expected, offset)
             yield offset, en.decode(self.store.get(info.key), info.key)
             expected += 1
+        if checking and self.store.head(self.key(after)) is None:
+            raise _SnapshotAhead(after)
 
-    def catch_up(self, state: sm.PartitionState) -> sm.PartitionState:
-        """Apply every entry after ``state.applied_offset``.
+    def catch_up(self, state: sm.PartitionState, *, reach: bool = False) -> sm.PartitionState:
+        """Apply every entry after ``state.applied_offset`` (with ``reach``, first check
+        the log holds that offset itself, see :meth:`entries`).
 
         Never snapshots: ``state`` may hold entries its caller appended and never read
         back. Only :meth:`read_state`, whose state is folded from bytes read from the
         store (the snapshot and every entry after it), writes snapshots: a snapshot
         must never vouch for an entry whose stored bytes nobody decoded (a torn write
         or a lying disk would then be hidden from every reader and from the GC)."""
-        for offset, entry in self.entries(state.applied_offset):
+        for offset, entry in self.entries(state.applied_offset, reach=reach):
             state = sm.apply(state, offset, entry).state
         return state
 
@@ -177,7 +243,7 @@ class PartitionLog:
     def write_snapshot(self, state: sm.PartitionState) -> None:
         # A plain overwrite is safe: snapshots are deterministic and a racing writer
         # that installs an older one only makes the next reader's tail longer.
-        self.store.put(layout.snapshot(self.topic, self.partition), sm.encode_snapshot(state))
+        self.store.put(layout.snapshot(self.topic, self.partition, self.topic_id), sm.encode_snapshot(state))
         self._snapshot_offset = max(self._snapshot_offset, state.applied_offset)
 
     # --- appending ---

@@ -37,6 +37,7 @@ from ctp_state.errors import (
     CtpError,
     OutcomeUnknown,
     OutOfOrderSequence,
+    PartitionSealed,
     Rejected,
     SequenceConflict,
     UnverifiableDuplicate,
@@ -143,6 +144,9 @@ class Verdict:
     base_offset: int | None = None  # set when accepted (None for a duplicate too old to know)
     error: CtpError | None = None  # set when not accepted
     duplicate: bool = False  # R8: the log already held this batch; nothing was added
+    #: The incarnation of the topic the verdict is about (None: a topic created before ids,
+    #: or a write that failed before it reached a partition's log).
+    topic_id: str | None = None
 
     @property
     def accepted(self) -> bool:
@@ -228,11 +232,12 @@ class Producer:
         return t
 
     def writer(self, topic: str, partition: int) -> PartitionWriter:
+        t = self.topic(topic)  # before the lock: it takes it too
         with self._lock:
             w = self._writers.get((topic, partition))
             if w is None:
                 w = self._writers[(topic, partition)] = PartitionWriter(
-                    PartitionLog(self.store, topic, partition), producer_id=self.producer_id
+                    PartitionLog(self.store, t, partition), producer_id=self.producer_id
                 )
             return w
 
@@ -270,9 +275,25 @@ class Producer:
         verdicts = [f.result() for f in futures]
         if any(v.reason == "stale_epoch" for v in verdicts):
             self.epochs.invalidate()
+        deleted = {v.topic for v in verdicts if v.reason == PartitionSealed.code}
+        if deleted:
+            self._forget(deleted)
         return verdicts
 
+    def _forget(self, topics: set[str]) -> None:
+        """Drop what this producer knows of ``topics`` (their incarnation was deleted):
+        the next write looks each up again, and finds a re-created one, or none."""
+        with self._lock:
+            for t in topics:
+                self._topics.pop(t, None)
+            for k in [k for k in self._writers if k[0] in topics]:
+                del self._writers[k]
+
     def _append(self, key: str, epoch: int, ref: ChunkRef) -> Verdict:
+        tid = self.topic(ref.topic).id  # the incarnation this producer writes to (its writer's)
+        return replace(self._append_to_log(key, epoch, ref), topic_id=tid)
+
+    def _append_to_log(self, key: str, epoch: int, ref: ChunkRef) -> Verdict:
         w = self.writer(ref.topic, ref.partition)
         ph = Placeholder(
             epoch,

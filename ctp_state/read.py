@@ -31,8 +31,9 @@ def read_partition(
 ) -> pa.Table:
     """Records of ``topic``/``partition`` with offset >= ``from_offset``, in offset order,
     in the L1 schema."""
-    get_topic(store, topic).check_partition(partition)
-    state = PartitionLog(store, topic, partition).read_state()
+    t = get_topic(store, topic)
+    t.check_partition(partition)
+    state = PartitionLog(store, t, partition).read_state()
     tables: list[pa.Table] = []
     rows = 0
 

@@ -47,6 +47,7 @@ from ctp_state.records import PartitionReport, ReconcileSummary
 from ctp_state.settings import ReconcileSettings
 from ctp_state.status import facts, reconcile_summaries, select_topics, try_read_partition_states
 from ctp_state.storage import ObjectStore
+from ctp_state.topics import Topic
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +86,10 @@ def plan_files(s: sm.PartitionState, target_file_bytes: int, max_bytes: int | No
         size += p.byte_length
         total += p.byte_length
         if size >= target_file_bytes:
-            files.append(L1File(s.topic, s.partition, tuple(group)))
+            files.append(L1File(s.topic, s.partition, tuple(group), s.topic_id))
             group, size = [], 0
     if group:
-        files.append(L1File(s.topic, s.partition, tuple(group)))
+        files.append(L1File(s.topic, s.partition, tuple(group), s.topic_id))
     return files
 
 
@@ -170,7 +171,7 @@ def run_reconcile(
     map_files = map_files or (lambda files: build_files_locally(store, files, compression=config.compression))
 
     c = ClusterEpoch(store).current()  # C first (R4/R6), then the partitions
-    wanted = [(t.name, p) for t in select_topics(store, topics) for p in range(t.partitions)]
+    wanted: list[tuple[Topic | str, int]] = [(t, p) for t in select_topics(store, topics) for p in range(t.partitions)]
     got, unreadable = try_read_partition_states(
         store, wanted, threads=max(1, config.threads), snapshot_every=START_SNAPSHOT_TAIL
     )
@@ -192,7 +193,7 @@ def run_reconcile(
     mode = AccessMode.WAIT_FOR_EXCLUSIVE if config.claim_wait_s > 0 else AccessMode.EXCLUSIVE
 
     def claim(s: sm.PartitionState) -> tuple[PartitionLog, sm.PartitionState] | None:
-        log = PartitionLog(store, s.topic, s.partition)
+        log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id)
         tp = (s.topic, s.partition)
         try:
             got = log.claim(s, owner, mode, lease_ms=config.lease_ms, wait_timeout_s=config.claim_wait_s)
@@ -264,7 +265,7 @@ def _skip_still_lost(store: ObjectStore, todo: list[sm.PartitionState], reports:
     return out
 
 
-def _snapshot(store: ObjectStore, topic: str, partition: int) -> None:
+def _snapshot(store: ObjectStore, topic: str, partition: int, topic_id: str | None) -> None:
     """Leave a snapshot at the log end the run reached, so every reader after it (the
     GC's M over all partitions above all) replays no tail: an idle advance alone adds
     two entries (a claim, an advance that releases it) a run. The state is read back from the
@@ -272,7 +273,7 @@ def _snapshot(store: ObjectStore, topic: str, partition: int) -> None:
     bytes were decoded (an entry the store kept torn stops this read, and the GC, as it
     would without the snapshot). Best effort, as every snapshot (a cache of the log)."""
     try:
-        PartitionLog(store, topic, partition, snapshot_every=1).read_state()
+        PartitionLog(store, topic, partition, topic_id=topic_id, snapshot_every=1).read_state()
     except (CtpError, OSError) as e:
         logger.warning("could not snapshot %s/%d after the run: %s", topic, partition, e)
 
@@ -391,7 +392,7 @@ def _build_and_commit(
             except CtpError:
                 pass  # released by the run's own finally, or the lease runs out
             else:
-                _snapshot(store, st.topic, st.partition)
+                _snapshot(store, st.topic, st.partition, st.topic_id)
             reports.observe(st)
             with done_lock:
                 done[0] += 1

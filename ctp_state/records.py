@@ -10,6 +10,8 @@ record                 where it lives
                        GC run saw it (M(p), lower bound, the L1 sweep's watermarks)
 :class:`PartitionFacts`    one partition's state as plain data (``ctp status --json``,
                        the reconcile summary)
+:class:`TopicEvent`    ``meta/history/<topic>/<seq>.json`` (sealed): a name's deletes,
+                       re-creates and finished removals, after its first incarnation
 =====================  =================================================================
 
 One codec: :func:`encode` turns a record into builtins (sealed by
@@ -140,6 +142,23 @@ class PartitionReport(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def failed(self) -> bool:
         return self.status in ("quarantined", "fenced", "error")
+
+
+class TopicEvent(Record, frozen=True, kw_only=True):
+    """What happened to a topic name after its first incarnation
+    (``meta/history/<topic>/<seq>.json``; :mod:`ctp_state.incarnations`)."""
+
+    WHAT: ClassVar[str] = "topic history record"
+    KINDS: ClassVar[tuple[str, ...]] = ("delete", "create", "removed")
+
+    seq: int = -1  # set by the sequence that stores it
+    kind: str  # "delete": a tombstone; "create": a new incarnation; "removed": the GC removed a deleted one's state
+    name: str
+    id: str | None  # the incarnation (None: the name's first topic, created before ids)
+    keyed: bool = True  # whether the id is part of the incarnation's keys
+    partitions: int
+    created_ms: int  # when the incarnation was created
+    at_ms: int  # when this happened (the writer's clock: for people, never for decisions)
 
 
 class ReconcileSummary(Record, frozen=True, kw_only=True):
@@ -303,6 +322,10 @@ class GcRecord(Record, frozen=True, kw_only=True):
     l1_delete_errors: int = 0
     tmp_deleted: int = 0
     gc_orphans_deleted: int = 0  # files of dead GC runs that no record names (gc/partitions, gc/deleted)
+    topic_incarnations_removed: int = 0  # deleted topic incarnations whose state this run removed
+    topic_incarnations_waiting: int = 0  # deleted ones whose tombstone is younger than the grace period
+    topic_objects_deleted: int = 0  # their logs, snapshots and L1 files
+    topic_removal_errors: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:

@@ -192,6 +192,12 @@ class GcSettings:
         unit=3600,
         minimum=0,
     )
+    topic_removal_grace_s: float = knob(
+        3600.0,
+        "topic-removal-grace-seconds",
+        "Remove a deleted topic incarnation's logs, snapshots and L1 files once its tombstone is this old.",
+        minimum=0,
+    )
     tmp_grace_s: float = knob(
         3600.0,
         "tmp-grace-seconds",

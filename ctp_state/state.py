@@ -31,6 +31,7 @@ from ctp_state.entries import (
     Placeholder,
     Reconcile,
     Release,
+    Seal,
 )
 from ctp_state.errors import (
     ClaimHeld,
@@ -38,6 +39,7 @@ from ctp_state.errors import (
     EntryOutOfOrder,
     InvalidTransition,
     OutOfOrderSequence,
+    PartitionSealed,
     Rejected,
     SequenceConflict,
     StaleClusterEpoch,
@@ -151,6 +153,11 @@ class PartitionState:
     l1_ends: tuple[int, ...] = ()  # last record offset of each committed L1 file, in order
     l1_crcs: tuple[int | None, ...] = ()  # CRC32C of each committed L1 file (None: committed without one)
     producers: tuple[ProducerSeq, ...] = ()  # least recently written first
+    #: The incarnation id in the partition's keys (None: a topic whose keys carry only
+    #: its name); a snapshot says which incarnation it summarises.
+    topic_id: str | None = None
+    #: R10: the topic incarnation was deleted; the log takes nothing more (a seal entry).
+    sealed: bool = False
     # --- volatile: the sliding fence window, never snapshotted ---
     max_seen_epoch: int | None = field(default=None, compare=False)
     oldest_accepted_epoch: int | None = field(default=None, compare=False)
@@ -200,7 +207,9 @@ class PartitionState:
         out, first = [], 0
         for last, crc in zip(self.l1_ends, self.l1_crcs):
             if last >= from_offset:
-                out.append(L1Ref(layout.l1_key(self.topic, self.partition, first, last), first, last, crc))
+                out.append(
+                    L1Ref(layout.l1_key(self.topic, self.partition, first, last, self.topic_id), first, last, crc)
+                )
             first = last + 1
         return out
 
@@ -262,6 +271,10 @@ def apply(state: PartitionState, offset: int, entry: Entry) -> Outcome:
     # Each _apply_* checks ``state`` and returns it copied once, with ``applied_offset``
     # moved to ``offset`` and its own changes (a replay copies a state per entry).
     try:
+        if state.sealed:
+            if isinstance(entry, Seal):
+                return Outcome(evolve(state, applied_offset=offset))  # sealed once is enough
+            raise PartitionSealed(state.topic, state.partition)
         if isinstance(entry, Placeholder):  # by far the commonest entry
             if not state.initialized:
                 raise InvalidTransition(state.topic, state.partition, "partition is not initialized")
@@ -279,6 +292,8 @@ def apply(state: PartitionState, offset: int, entry: Entry) -> Outcome:
             return Outcome(_apply_claim(state, offset, entry))
         if isinstance(entry, Release):
             return Outcome(_apply_release(state, offset, entry))
+        if isinstance(entry, Seal):
+            return Outcome(evolve(state, applied_offset=offset, sealed=True))
     except Rejected as verdict:
         return Outcome(evolve(state, applied_offset=offset), rejected=verdict)
     raise TypeError(f"not an entry: {entry!r}")
@@ -489,15 +504,17 @@ def _l1_ends_of(s: PartitionState, e: Reconcile) -> tuple[int, ...]:
     first, ends = s.last_reconciled_offset + 1, []
     for key in e.l1_keys:
         try:
-            topic, partition, lo, hi = layout.parse_l1_key(key)
+            name = layout.parse_l1_key(key)
         except CorruptData:
-            topic, partition, lo, hi = "", -1, -1, -1
-        if (topic, partition, lo) != (s.topic, s.partition, first):
+            name = layout.L1Name("", None, -1, -1, -1)
+        if (name.topic, name.topic_id, name.partition, name.first) != (s.topic, s.topic_id, s.partition, first):
             raise InvalidTransition(
                 s.topic,
                 s.partition,
-                f"reconcile names L1 file {key!r}, expected one of {s.topic}/{s.partition} starting at offset {first}",
+                f"reconcile names L1 file {key!r}, expected one of "
+                f"{layout.l1_partition_prefix(s.topic, s.partition, s.topic_id)} starting at offset {first}",
             )
+        hi = name.last
         ends.append(hi)
         first = hi + 1
     if first - 1 != e.last_record_offset:
@@ -641,6 +658,8 @@ def encode_snapshot(s: PartitionState) -> bytes:
     body: dict[str, Any] = {
         "v": SNAPSHOT_VERSION,
         "topic": s.topic,
+        "topic_id": s.topic_id,
+        "sealed": s.sealed,
         "partition": s.partition,
         "applied_offset": s.applied_offset,
         "max_applied_epoch": s.max_applied_epoch,
@@ -701,6 +720,8 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
         max_applied = opt("max_applied_epoch")
         s = PartitionState(
             topic=validate.topic_name(b["topic"]),
+            topic_id=_topic_id(b.get("topic_id")),
+            sealed=b.get("sealed", False) is True,
             partition=num("partition", 0),
             applied_offset=num("applied_offset"),
             max_applied_epoch=max_applied,
@@ -766,6 +787,12 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
     if problems:
         raise CorruptData(key, "snapshot is not self-consistent: " + "; ".join(problems[:3]))
     return recover(s)
+
+
+def _topic_id(v: object) -> str | None:
+    if v is not None and not (isinstance(v, str) and len(v) == 32 and all(c in "0123456789abcdef" for c in v)):
+        raise ValueError(f"topic_id must be 32 lowercase hex digits, got {v!r}")
+    return v
 
 
 def _str(v: object, what: str) -> str:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from ctp_state import layout
+from ctp_state import incarnations, layout
 from ctp_state import state as sm
 from ctp_state.errors import CtpError, TopicNotFound
+from ctp_state.incarnations import NameState
 from ctp_state.log import DEFAULT_SNAPSHOT_EVERY, PartitionLog
 from ctp_state.records import HolderFacts, PartitionFacts, ReconcileSummary
 from ctp_state.sequence import DenseSequence
@@ -28,12 +29,19 @@ def select_topics(store: ObjectStore, names: Iterable[str] | None = None) -> lis
 
 def read_states(store: ObjectStore, topics: list[Topic], *, threads: int = 32) -> list[sm.PartitionState]:
     """Read every partition's current state, ``threads`` partitions at a time."""
-    return read_partition_states(store, [(t.name, p) for t in topics for p in range(t.partitions)], threads=threads)
+    return read_partition_states(store, [(t, p) for t in topics for p in range(t.partitions)], threads=threads)
 
 
-def read_partition_states(
-    store: ObjectStore, partitions: list[tuple[str, int]], *, threads: int = 32
-) -> list[sm.PartitionState]:
+#: A partition to read: its topic (a :class:`Topic`; a bare name means a topic whose
+#: keys carry only its name) and its number.
+Job = tuple[Topic | str, int]
+
+
+def _name(t: Topic | str) -> str:
+    return t if isinstance(t, str) else t.name
+
+
+def read_partition_states(store: ObjectStore, partitions: list[Job], *, threads: int = 32) -> list[sm.PartitionState]:
     """The current state of each (topic, partition), in the order given."""
     if not partitions:
         return []
@@ -46,7 +54,7 @@ def read_partition_states(
 
 def try_read_partition_states(
     store: ObjectStore,
-    partitions: list[tuple[str, int]],
+    partitions: list[Job],
     *,
     threads: int = 32,
     snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
@@ -56,7 +64,7 @@ def try_read_partition_states(
     A partition whose tail (entries after its snapshot) is ``snapshot_every`` or longer
     gets a new snapshot, as any reader writes one."""
 
-    def one(job: tuple[str, int]) -> sm.PartitionState | str:
+    def one(job: Job) -> sm.PartitionState | str:
         try:
             return PartitionLog(store, *job, snapshot_every=snapshot_every).read_state()
         except CtpError as e:
@@ -70,20 +78,26 @@ def try_read_partition_states(
     else:
         with ThreadPoolExecutor(max_workers=threads) as pool:
             got = list(pool.map(one, partitions, chunksize=16))
-    problems = [(t, p, r) for (t, p), r in zip(partitions, got) if isinstance(r, str)]
+    problems = [(_name(t), p, r) for (t, p), r in zip(partitions, got) if isinstance(r, str)]
     return [None if isinstance(r, str) else r for r in got], problems
 
 
-def unaccounted_logs(store: ObjectStore, topics: list[Topic]) -> list[tuple[str, int, str]]:
+def unaccounted_logs(
+    store: ObjectStore, topics: list[Topic], names: list[NameState] | None = None
+) -> list[tuple[str, int, str]]:
     """State logs the topic metadata does not account for, as ``(topic, partition, why)``
     (partition -1: a whole topic). A partition whose metadata went missing or shrank
-    would drop out of M and of every check; the GC must see it (R4, R9)."""
-    known = {t.name: t.partitions for t in topics}
+    would drop out of M and of every check; the GC must see it (R4, R9). The logs of a
+    deleted incarnation are accounted for by its tombstone (``names``: every name's
+    history, read here when not given)."""
+    names = incarnations.all_names(store) if names is None else names
+    deleted = {st.name: st.deleted for st in names}
+    known = {t.name: t for t in topics}
     problems: list[tuple[str, int, str]] = []
     topic_dirs, _ = store.list_level(layout.LOGS_ROOT)
     for d in topic_dirs:
         name = d[len(layout.LOGS_ROOT) : -1]
-        if name in known:
+        if name in known or name in deleted:
             continue
         try:
             get_topic(store, name)
@@ -98,15 +112,37 @@ def unaccounted_logs(store: ObjectStore, topics: list[Topic]) -> list[tuple[str,
             )
         except CtpError as e:
             problems.append((name, -1, f"state logs exist under {d} but the topic's metadata does not read: {e}"))
-    for t in topics:
-        part_dirs, _ = store.list_level(f"{layout.LOGS_ROOT}{t.name}/")
+    for name in sorted(set(known) | set(deleted)):
+        top = f"{layout.LOGS_ROOT}{name}/"
+        dirs, _ = store.list_level(top)
+        t = known.get(name)
+        gone = deleted.get(name, ())
+        spaces = {f"{layout.LOGS_ROOT}{layout.space(name, x.key_id)}/" for x in gone if x.key_id is not None}
+        legacy_gone = any(x.key_id is None for x in gone)
+        own = f"{layout.LOGS_ROOT}{layout.space(name, t.key_id)}/" if t is not None else None
+        for d in dirs:
+            if d == own or d in spaces:
+                continue
+            if layout.is_partition_dir(d, top) and ((t is not None and t.key_id is None) or legacy_gone):
+                continue  # the partitions of an incarnation whose keys carry only the name
+            if next(iter(store.list(d)), None) is not None:  # an emptied directory some S3 servers keep listing
+                problems.append((name, -1, f"state logs exist under {d} but belong to no incarnation of {name}"))
+        if t is None:
+            continue
+        part_dirs = store.list_level(own)[0] if own is not None and t.key_id is not None else dirs
         for d in part_dirs:
             part = d.rstrip("/").rsplit("/", 1)[1]
-            if not part.isdigit() or int(part) >= t.partitions:
+            if not layout.is_partition_dir(d, own or top):
+                continue  # reported above
+            if (
+                int(part) >= t.partitions
+                and not (t.key_id is None and legacy_gone)
+                and next(iter(store.list(d)), None) is not None
+            ):
                 problems.append(
                     (
                         t.name,
-                        int(part) if part.isdigit() else -1,
+                        int(part),
                         f"a state log exists under {d} but the topic's metadata says it has {t.partitions} partitions",
                     )
                 )

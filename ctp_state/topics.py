@@ -24,89 +24,32 @@ without effect), so the partition, and the GC, work again.
 from __future__ import annotations
 
 import logging
-import re
-import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
-from ctp_state import codec, layout, validate
+from ctp_state import incarnations, layout, validate
 from ctp_state.entries import Init, decode, encode
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import (
-    ConfigError,
-    CorruptData,
-    InvalidTopicName,
-    InvalidTransition,
-    KeyExists,
-    ObjectNotFound,
-    PartitionNotFound,
-    TopicExists,
-    TopicNotFound,
-    UnsupportedVersion,
-)
+from ctp_state.errors import ConfigError, CorruptData, InvalidTransition, KeyExists, TopicExists
 from ctp_state.storage import ObjectStore
+from ctp_state.topic_meta import MAX_PARTITIONS, META_VERSION, SUPPORTED_META_VERSIONS, Topic, decode_meta, encode_meta
+from ctp_state.topic_meta import new_incarnation_id as new_incarnation_id
 
-META_VERSION = 3
-SUPPORTED_META_VERSIONS = (1, 2, 3)  # 1: before checksums; 2: before incarnation ids
-_ID_RE = re.compile(r"[0-9a-f]{32}")
-MAX_PARTITIONS = 100_000
+__all__ = [  # with the names callers know topics by, from ctp_state.topic_meta
+    "MAX_PARTITIONS",
+    "META_VERSION",
+    "SUPPORTED_META_VERSIONS",
+    "Topic",
+    "create_topic",
+    "decode_meta",
+    "encode_meta",
+    "get_topic",
+    "list_topics",
+    "new_incarnation_id",
+]
+
 log = logging.getLogger(__name__)
-
-
-def new_incarnation_id() -> str:
-    """A fresh incarnation id: 128 random bits as 32 lowercase hex digits."""
-    return secrets.token_hex(16)
-
-
-@dataclass(frozen=True, slots=True)
-class Topic:
-    name: str
-    partitions: int
-    created_ms: int
-    #: The incarnation id (None: a topic created before ids, its name's legacy incarnation).
-    id: str | None = None
-
-    @property
-    def incarnation(self) -> str:
-        """The id, or ``"legacy"`` for a topic created before ids (for messages)."""
-        return self.id or "legacy"
-
-    def check_partition(self, partition: int) -> int:
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < self.partitions:
-            raise PartitionNotFound(self.name, partition, self.partitions)
-        return partition
-
-
-def _decode(data: bytes, key: str) -> Topic:
-    """Topic metadata decides which partitions the GC reads (R4), so it is sealed like
-    the state log (version 1, written before checksums, is still read)."""
-    sealed = codec.is_sealed(data)
-    b = codec.unseal(data, key, "topic metadata") if sealed else codec.loads(data, key, "topic metadata")
-    if b.get("v") not in SUPPORTED_META_VERSIONS:
-        raise UnsupportedVersion(key, "topic metadata", b.get("v"), SUPPORTED_META_VERSIONS)
-    if b["v"] != 1 and not sealed:
-        raise CorruptData(key, "topic metadata has no checksum (it is truncated, or was edited)")
-    try:
-        partitions = validate.int64(b["partitions"], what="partitions", minimum=1, maximum=MAX_PARTITIONS)
-        tid = None
-        if b["v"] >= 3:
-            tid = b["id"]
-            if not isinstance(tid, str) or not _ID_RE.fullmatch(tid):
-                raise ValueError(f"incarnation id must be 32 lowercase hex digits, got {tid!r}")
-        return Topic(
-            validate.topic_name(b["name"]), partitions, validate.int64(b["created_ms"], what="created_ms"), tid
-        )
-    except (ValueError, KeyError, TypeError, InvalidTopicName) as e:
-        raise CorruptData(key, f"malformed topic metadata: {e}") from None
-
-
-def encode_meta(topic: Topic) -> bytes:
-    body = {"name": topic.name, "partitions": topic.partitions, "created_ms": topic.created_ms}
-    if topic.id is None:  # a legacy topic written again as it was (tests of old stores)
-        return codec.seal({"v": 2, **body})
-    return codec.seal({"v": META_VERSION, **body, "id": topic.id})
 
 
 def create_topic(
@@ -126,28 +69,34 @@ def create_topic(
     validate.topic_name(name)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
         raise ConfigError(f"partition count must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}")
-    topic = Topic(name, partitions, int(time.time() * 1000), new_incarnation_id())
+    topic = Topic(name, partitions, int(time.time() * 1000), new_incarnation_id(), keyed=True)
     key = layout.topic_meta(name)
     resumed = False
     try:
         store.put_if_absent(key, encode_meta(topic))
     except KeyExists:
-        topic = _decode(store.get(key), key)
+        # The name has a first incarnation: finish it if it is live, else make a new one
+        # (its keys carry its own id, so nothing of the deleted one is in its way).
+        live = incarnations.read_name(store, name).current
+        if live is None:
+            topic, made = incarnations.recreate(store, name, partitions)
+            resumed = not made
+        else:
+            topic, resumed = live, True
         if topic.partitions != partitions:
             raise TopicExists(name, topic.partitions) from None
-        resumed = True
     # Read C only now that the topic is visible (R4; see the module docstring).
     epoch = ClusterEpoch(store).current()
     body = encode(Init(epoch))
 
     def init(p: int) -> bool:
         """Write partition ``p``'s init entry; True if it was missing (or repaired)."""
-        entry0 = layout.log_entry(name, p, 0)
+        entry0 = layout.log_entry(name, p, 0, topic.key_id)
         try:
             store.put_if_absent(entry0, body)
             return True
         except KeyExists:
-            return resumed and _repair(store, name, p, entry0, on_repair)
+            return resumed and _repair(store, topic, p, entry0, on_repair)
 
     # Each init is one create-if-absent: independent, so many go at once (a topic of
     # 100k partitions is 100k round trips, or fsyncs on a file store).
@@ -168,7 +117,7 @@ def create_topic(
 
 
 def _repair(
-    store: ObjectStore, topic: str, partition: int, entry0: str, on_repair: Callable[[int, str], None] | None
+    store: ObjectStore, topic: Topic, partition: int, entry0: str, on_repair: Callable[[int, str], None] | None
 ) -> bool:
     """Give a log whose offset 0 is not an init entry its init; True if it needed one."""
     from ctp_state.log import PartitionLog  # the log builds on this module's peers
@@ -193,24 +142,19 @@ def _repair(
         f"offset 0 held no init entry (written by an older ctp); appended the init at offset "
         f"{appended.offset} with epoch {epoch}; the {appended.offset} entries before it stay without effect"
     )
-    log.warning("%s/%d: %s", topic, partition, what)
+    log.warning("%s/%d: %s", topic.name, partition, what)
     if on_repair is not None:
         on_repair(partition, what)
     return True
 
 
 def get_topic(store: ObjectStore, name: str) -> Topic:
+    """The live incarnation of ``name``; :class:`~ctp_state.errors.TopicNotFound`
+    (:class:`~ctp_state.errors.TopicDeleted` for a deleted one) otherwise."""
     validate.topic_name(name)
-    key = layout.topic_meta(name)
-    try:
-        return _decode(store.get(key), key)
-    except ObjectNotFound:
-        raise TopicNotFound(name) from None
+    return incarnations.current(store, name)
 
 
 def list_topics(store: ObjectStore) -> list[Topic]:
-    out = []
-    for info in store.list(layout.TOPICS):
-        if info.key.endswith(".json"):
-            out.append(_decode(store.get(info.key), info.key))
-    return out
+    """Every live topic, by name (deleted ones: :func:`incarnations.all_names`)."""
+    return [st.current for st in incarnations.all_names(store) if st.current is not None]

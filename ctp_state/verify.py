@@ -32,13 +32,14 @@ from ctp_state import entries as en
 from ctp_state import state as sm
 from ctp_state.entries import Init
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
+from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, TopicDeleted, TopicNotFound
 from ctp_state.gc.history import GcHistory
 from ctp_state.l1 import parse_l1
 from ctp_state.log import PartitionLog
 from ctp_state.status import reconcile_summaries as summaries
 from ctp_state.status import select_topics, unaccounted_logs
 from ctp_state.storage import ObjectStore
+from ctp_state.topics import Topic, get_topic
 
 ERROR, WARNING = "error", "warning"
 
@@ -102,15 +103,23 @@ class VerifyReport:
 
 
 def verify_partition(
-    store: ObjectStore, topic: str, partition: int, *, check_objects: bool = True, deep: bool = False
+    store: ObjectStore, topic: Topic | str, partition: int, *, check_objects: bool = True, deep: bool = False
 ) -> PartitionCheck:
+    if isinstance(topic, str):
+        try:
+            topic = get_topic(store, topic)
+        except TopicDeleted:
+            raise
+        except TopicNotFound:
+            pass  # a log without metadata: checked as keys named by the topic only
+    plog = PartitionLog(store, topic, partition, write_snapshots=False)
+    topic, tid = plog.topic, plog.topic_id
     res = PartitionCheck(topic, partition)
     where = f"{topic}/{partition}"
 
     def say(severity: str, what: str, key: str | None = None) -> None:
         res.findings.append(Finding(severity, where, what, key))
 
-    plog = PartitionLog(store, topic, partition, write_snapshots=False)
     # The snapshot, strictly: a problem here is a finding, not a silent fallback.
     snap: sm.PartitionState | None = None
     try:
@@ -120,7 +129,7 @@ def verify_partition(
         say(
             ERROR,
             f"snapshot does not check out ({e.reason}); readers rebuild the state from the log",
-            layout.snapshot(topic, partition),
+            layout.snapshot(topic, partition, tid),
         )
     res.snapshot_offset = snap.applied_offset if snap else None
 
@@ -196,13 +205,13 @@ def verify_partition(
             say(
                 ERROR,
                 f"snapshot covers offset {snap.applied_offset}, past the log's end {expected - 1}",
-                layout.snapshot(topic, partition),
+                layout.snapshot(topic, partition, tid),
             )
         elif at_snapshot.persisted != snap.persisted:
             say(
                 ERROR,
                 f"snapshot disagrees with a replay of the log at offset {snap.applied_offset}",
-                layout.snapshot(topic, partition),
+                layout.snapshot(topic, partition, tid),
             )
 
     # What the state points at: from the full replay if it got through, else what readers use.
@@ -235,7 +244,7 @@ def verify_partition(
                 )
         first = 0
         for last, crc in zip(current.l1_ends, current.l1_crcs):
-            key = layout.l1_key(topic, partition, first, last)
+            key = layout.l1_key(topic, partition, first, last, tid)
             res.l1_checked += 1
             if not deep:
                 if store.head(key) is None:
@@ -312,14 +321,14 @@ def verify(
 ) -> VerifyReport:
     """Check every partition of ``topics`` (all when None) and the cluster records."""
     cluster = verify_cluster(store)
-    wanted = [(t.name, p) for t in select_topics(store, topics) for p in range(t.partitions)]
+    wanted = [(t, p) for t in select_topics(store, topics) for p in range(t.partitions)]
     done = [0]
 
-    def one(job: tuple[str, int]) -> PartitionCheck:
+    def one(job: tuple[Topic, int]) -> PartitionCheck:
         try:
             res = verify_partition(store, *job, check_objects=check_objects, deep=deep)
         except CtpError as e:
-            res = PartitionCheck(*job, findings=[Finding(ERROR, f"{job[0]}/{job[1]}", str(e))])
+            res = PartitionCheck(job[0].name, job[1], findings=[Finding(ERROR, f"{job[0].name}/{job[1]}", str(e))])
         done[0] += 1
         on_progress(done[0], len(wanted))
         return res

@@ -53,7 +53,7 @@ def assert_exactly_once(store, topic: str, sent: dict[int, list[Record]], *, all
             assert round(row["timestamp"].timestamp() * 1000) == rec.timestamp_ms
             assert [(h["key"], h["value"]) for h in row["headers"]] == list(rec.headers)
         if all_in_l1:
-            keys, state = committed_l1_keys(PartitionLog(store, topic, p))
+            keys, state = committed_l1_keys(plog(store, topic, p))
             assert not state.pending
             in_l1 = sum(pq.read_metadata(io.BytesIO(store.get(k))).num_rows for k in keys)
             assert in_l1 == len(records)
@@ -93,9 +93,41 @@ class Wrapped(ObjectStore):
 
 def corrupt_chunk(store, topic: str, partition: int) -> str:
     """Flip a byte inside the first pending chunk of ``topic/partition``; its L0 key."""
-    st = PartitionLog(store, topic, partition).read_state()
+    st = plog(store, topic, partition).read_state()
     p = st.pending[0]
     data = bytearray(store.get(p.l0_key))
     data[p.byte_offset + p.byte_length // 2] ^= 0xFF
     store.put(p.l0_key, bytes(data))  # test-only tampering with an immutable object
     return p.l0_key
+
+
+def plog(store: ObjectStore, topic: str, partition: int, **kw) -> PartitionLog:
+    """``topic``/``partition``'s log, found through the topic's metadata as ctp finds it
+    (its keys carry the incarnation id); a bare name when the topic has none (a log a
+    test writes by hand)."""
+    from ctp_state.errors import TopicNotFound
+    from ctp_state.topics import get_topic
+
+    try:
+        return PartitionLog(store, get_topic(store, topic), partition, **kw)
+    except TopicNotFound:
+        return PartitionLog(store, topic, partition, **kw)
+
+
+def key_id(store: ObjectStore, topic: str = "t") -> str | None:
+    """The id in ``topic``'s keys (what layout functions take as ``topic_id``; None for a
+    topic that has no metadata: a log a test writes by hand)."""
+    from ctp_state.errors import TopicNotFound
+    from ctp_state.topics import get_topic
+
+    try:
+        return get_topic(store, topic).key_id
+    except TopicNotFound:
+        return None
+
+
+def space(store: ObjectStore, topic: str = "t") -> str:
+    """``topic``'s key space (``<topic>/<id>``), as literal keys in tests spell it."""
+    from ctp_state import layout
+
+    return layout.space(topic, key_id(store, topic))

@@ -200,7 +200,7 @@ def main() -> None:
 
 @main.group()
 def topic() -> None:
-    """Create and list topics."""
+    """Create, list and delete topics."""
 
 
 @topic.command("create")
@@ -232,25 +232,72 @@ def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, 
     )
 
 
+@topic.command("delete")
+@click.argument("name")
+@click.option("--id", "expect_id", help="Delete only if the live incarnation has this id (as `topic list` shows).")
+@command
+def topic_delete(store: ObjectStore, as_json: bool, name: str, expect_id: str | None) -> None:
+    """Delete topic NAME: a tombstone, then every partition log sealed; the GC removes
+    the rest (logs, snapshots, L1 files) once the tombstone is older than its
+    --topic-removal-grace-seconds. The name can be created again at once."""
+    from ctp_state.deletion import delete_topic
+
+    with _progress() as progress:
+        task = progress.add_task("sealing partition logs", total=None)
+        t, res = delete_topic(
+            store,
+            name,
+            expect_id=expect_id,
+            on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    errors = [{"partition": p, "error": why} for p, why in res.errors]
+    emit(
+        as_json,
+        {
+            "topic": t.name,
+            "id": t.id,
+            "partitions": t.partitions,
+            "sealed": res.sealed + res.already,
+            "uninitialized": res.uninitialized,
+            "errors": errors,
+        },
+        f"deleted topic {t.name} (incarnation {t.incarnation}, {t.partitions} partitions) in {store.url}; "
+        + (
+            f"{len(errors)} partition logs could not be sealed now (the GC seals them before removing "
+            f"anything; first: {t.name}/{errors[0]['partition']}: {errors[0]['error']}); "
+            if errors
+            else ""
+        )
+        + "the GC removes its state after the grace period",
+    )
+
+
 @topic.command("list")
 @command
 def topic_list(store: ObjectStore, as_json: bool) -> None:
-    """List topics."""
-    from ctp_state.topics import list_topics
+    """List topics, with deleted ones whose state the GC has not removed yet."""
+    from ctp_state.incarnations import all_names
 
-    topics = list_topics(store)
-    table = Table("topic", "partitions", "created", "incarnation")
-    for t in topics:
+    rows = []
+    for st in all_names(store):
+        for t, state in [(d, "deleting") for d, _ in st.deleting] + ([(st.current, "live")] if st.current else []):
+            rows.append((t, state))
+    table = Table("topic", "partitions", "created", "incarnation", "state")
+    for t, state in rows:
         table.add_row(
             t.name,
             str(t.partitions),
             time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t.created_ms / 1000)),
             t.incarnation,
+            state,
         )
     emit(
         as_json,
-        [{"topic": t.name, "partitions": t.partitions, "created_ms": t.created_ms, "id": t.id} for t in topics],
-        table if topics else "no topics",
+        [
+            {"topic": t.name, "partitions": t.partitions, "created_ms": t.created_ms, "id": t.id, "state": state}
+            for t, state in rows
+        ],
+        table if rows else "no topics",
     )
 
 
@@ -623,7 +670,9 @@ def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     is_flag=True,
     help="Run `ctp verify` first (every checksum and reference; slow); any error stops the GC.",
 )
-@settings_options(GcSettings, ["l1_full_sweep_s", "tmp_grace_s", "alert_stall_runs", "alert_stall_epochs"])
+@settings_options(
+    GcSettings, ["l1_full_sweep_s", "tmp_grace_s", "topic_removal_grace_s", "alert_stall_runs", "alert_stall_epochs"]
+)
 @_gc_options
 @command
 def gc(

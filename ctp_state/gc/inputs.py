@@ -12,9 +12,11 @@ from ctp_state import layout
 from ctp_state import state as sm
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, StateUnreadable
+from ctp_state.incarnations import NameState, all_names
 from ctp_state.records import ReconcileSummary
-from ctp_state.status import reconcile_summaries, select_topics, try_read_partition_states, unaccounted_logs
+from ctp_state.status import reconcile_summaries, try_read_partition_states, unaccounted_logs
 from ctp_state.storage import ObjectStore
+from ctp_state.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ class PartitionView:
     l1_crcs: tuple[int | None, ...] = ()
     #: The incarnation of the topic this view is of (None: a topic created before ids).
     topic_id: str | None = None
+    #: The id in the partition's keys (None: keys carry only the topic's name).
+    key_id: str | None = None
 
     def l1_after(self, w: int) -> tuple[sm.L1Ref, ...]:
         """The committed L1 files whose records come after offset ``w``."""
@@ -50,7 +54,8 @@ class PartitionView:
         first = self.l1_ends[i - 1] + 1 if i else 0
         out = []
         for last, crc in zip(self.l1_ends[i:], self.l1_crcs[i:]):
-            out.append(sm.L1Ref(layout.l1_key(self.topic, self.partition, first, last), first, last, crc))
+            key = layout.l1_key(self.topic, self.partition, first, last, self.key_id)
+            out.append(sm.L1Ref(key, first, last, crc))
             first = last + 1
         return tuple(out)
 
@@ -78,6 +83,7 @@ class PartitionView:
             s.l1_ends,
             s.l1_crcs,
             topic_id,
+            s.topic_id,
         )
 
 
@@ -91,18 +97,38 @@ def newest_summary(store: ObjectStore) -> ReconcileSummary | None:
         return None
 
 
+@dataclass(frozen=True)
+class Gathered:
+    c: int
+    views: list[PartitionView]
+    #: Every deleted incarnation, as ``(topic, incarnation)`` (``Topic.incarnation``):
+    #: what an earlier run saw of one is not "gone", it was deleted (R10).
+    deleted: frozenset[tuple[str, str]]
+    #: Every name as its history says (deleting incarnations: the GC removes their state).
+    names: list[NameState]
+
+
 def gather(store: ObjectStore, *, threads: int = 32) -> tuple[int, list[PartitionView]]:
-    """C first, then every partition's state from its log (R4). Raises
+    g = gather_all(store, threads=threads)
+    return g.c, g.views
+
+
+def gather_all(store: ObjectStore, *, threads: int = 32) -> Gathered:
+    """C first, then every live topic's partitions' states from their logs (R4); a
+    deleted incarnation's partitions do not count (R10). Raises
     :class:`StateUnreadable`, naming every partition that does not read, if any."""
     c = ClusterEpoch(store).current()
-    topics = select_topics(store)
-    wanted = [(t.name, p) for t in topics for p in range(t.partitions)]
+    names = all_names(store)
+    topics = [st.current for st in names if st.current is not None]
+    wanted: list[tuple[Topic | str, int]] = [(t, p) for t in topics for p in range(t.partitions)]
     states, problems = try_read_partition_states(store, wanted, threads=threads)
-    problems += unaccounted_logs(store, topics)
+    problems += unaccounted_logs(store, topics, names)
     if problems:
         raise StateUnreadable(problems)
     ids = {t.name: t.id for t in topics}
-    return c, [PartitionView.of_state(s, ids[s.topic]) for s in states]  # type: ignore[arg-type,union-attr]
+    views = [PartitionView.of_state(s, ids[s.topic]) for s in states]  # type: ignore[arg-type,union-attr]
+    deleted = frozenset((st.name, t.incarnation) for st in names for t in st.deleted)
+    return Gathered(c, views, deleted, names)
 
 
 def quarantined_of(summary: ReconcileSummary | None) -> dict[tuple[str, int], tuple[str | None, str]]:

@@ -76,6 +76,7 @@ class SweepInput:
     collect: bool = True  # delete orphans (False: check only; a reconciler may be writing)
     full: bool = False  # list from the start, not from W (see "Full sweeps")
     all_committed: frozenset[str] = frozenset()  # with ``full``: every committed file's key
+    topic_id: str | None = None  # the id in the partition's keys (None: the name only)
 
 
 @dataclass
@@ -94,8 +95,8 @@ class SweepResult:
 
 def _range(key: str) -> tuple[int, int]:
     """A listed L1 key's offsets (:func:`layout.parse_l1_key`, the one L1 key parser)."""
-    _, _, first, last = layout.parse_l1_key(key)
-    return first, last
+    name = layout.parse_l1_key(key)
+    return name.first, name.last
 
 
 def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_s: float) -> SweepResult:
@@ -104,8 +105,8 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
     if not inp.full and inp.log_end_offset == inp.swept_log_end and w == lr:
         res.skipped = True
         return res
-    prefix = layout.l1_partition_prefix(inp.topic, inp.partition)
-    start = layout.l1_after(inp.topic, inp.partition, w) if w >= 0 and not inp.full else None
+    prefix = layout.l1_partition_prefix(inp.topic, inp.partition, inp.topic_id)
+    start = layout.l1_after(inp.topic, inp.partition, w, inp.topic_id) if w >= 0 and not inp.full else None
     listed: dict[str, ObjectInfo] = {}
     for info in store.list(prefix, start_after=start):
         if not info.key.endswith(".parquet"):

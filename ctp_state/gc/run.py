@@ -35,15 +35,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from ctp_state import crashpoints, layout
+from ctp_state import crashpoints, deletion, layout
 from ctp_state.errors import CorruptData, CtpError, GateFailed, ObjectNotFound, StateUnreadable
 from ctp_state.gc import l1 as gc_l1
 from ctp_state.gc.alert import m_alert
 from ctp_state.gc.delete import GcCounters, delete_objects, plan_l0_deletes
 from ctp_state.gc.history import PASSED, GcHistory, high_water
-from ctp_state.gc.inputs import PartitionView, gather, m_digest, newest_summary, quarantined_of
+from ctp_state.gc.inputs import PartitionView, gather_all, m_digest, newest_summary, quarantined_of
 from ctp_state.gc.m import Holdback, MDecision, PartitionStatus, compute_m, partition_status
 from ctp_state.gc.tables import deletes_table, history_table, partition_view_table, state_table
+from ctp_state.incarnations import NameState
 from ctp_state.records import GateInfo, GcAlert, GcPartitionView, GcRecord, HeldBy, HistorySkip
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
@@ -91,6 +92,7 @@ class Prepared:
     alert: GcAlert | None = None  # M stalled or a partition quarantined (gc/alert.py)
     statuses: dict[tuple[str, int], PartitionStatus] = field(default_factory=dict)  # for the operator's view
     tail: list[GcRecord] = field(default_factory=list)  # the newest history records that read
+    names: list[NameState] = field(default_factory=list)  # every topic name (deleted incarnations to remove)
 
 
 def prepare(
@@ -115,7 +117,8 @@ def prepare(
     hw_before = high_water(tail)
 
     on_progress("read", 0, 1)
-    c, views = gather(store, threads=config.read_threads)
+    gathered = gather_all(store, threads=config.read_threads)
+    c, views = gathered.c, gathered.views
     summary = newest_summary(store)
     summary_used = summary.run_id if summary else None
     on_progress("read", 1, 1)
@@ -162,7 +165,7 @@ def prepare(
         gone = [
             (r.topic, r.partition, f"the GC run {ref.seq} saw this partition, the topic metadata no longer lists it")
             for r in same
-            if (r.topic, r.partition) not in now
+            if (r.topic, r.partition) not in now and (r.topic, r.topic_id or "legacy") not in gathered.deleted
         ]
         if gone:
             raise StateUnreadable(gone)
@@ -196,6 +199,7 @@ def prepare(
                 collect,
                 full,
                 frozenset(r.key for r in v.l1_after(-1)) if full else frozenset(),
+                v.key_id,
             )
         )
     on_progress("l1-check", 0, len(inputs))
@@ -239,6 +243,7 @@ def prepare(
         alert=alert,
         statuses=statuses,
         tail=tail,
+        names=gathered.names,
     )
 
 
@@ -413,6 +418,7 @@ def run_gc(
     todo: list[ObjectInfo] | None = None  # planned: the audit trail of a run that fails part way
     l1_res, gc_res = GcCounters(), GcCounters()
     gc_orphans: list[ObjectInfo] = []
+    removal = deletion.RemoveResult()
 
     def deletes(planned: list[ObjectInfo], *, interrupted: bool = False) -> pa.Table:
         """Every key this run deleted (or, ``interrupted``, may have), on its audit trail."""
@@ -425,6 +431,8 @@ def run_gc(
             interrupted=interrupted,
             gc_files=gc_orphans,
             gc_failed=frozenset(gc_res.failed_keys),
+            topic_files=removal.deleted,
+            topic_failed=frozenset(removal.failed),
         )
 
     try:
@@ -470,11 +478,26 @@ def run_gc(
         l1_res = delete_objects(bulk, l1_orphans, in_flight=config.in_flight)
         gc_orphans = gc_run_orphans(store, p.tail, p.last_seq)
         gc_res = delete_objects(bulk, gc_orphans, in_flight=config.in_flight)
+        # Deleted topic incarnations (R10): not counted for M above; their state goes
+        # here once their tombstone is older than the grace period.
+        removal = deletion.remove(
+            store,
+            p.names,
+            now_s=clock(),
+            grace_s=config.topic_removal_grace_s,
+            delete=lambda objs: set(delete_objects(bulk, objs, in_flight=config.in_flight).failed_keys),
+        )
+        for err in removal.errors:
+            log.warning("removing a deleted topic: %s", err)
         l1_info.update(
             l1_orphans_deleted=l1_res.deleted,
             l1_orphan_bytes_deleted=l1_res.deleted_bytes,
             l1_delete_errors=l1_res.delete_errors,
             gc_orphans_deleted=gc_res.deleted,
+            topic_incarnations_removed=len(removal.removed),
+            topic_incarnations_waiting=len(removal.waiting),
+            topic_objects_deleted=len(removal.deleted) - len(removal.failed),
+            topic_removal_errors=tuple(removal.errors),
             tmp_deleted=store.sweep_temporary(config.tmp_grace_s, clock()),
         )
     except CtpError as e:
@@ -496,7 +519,8 @@ def run_gc(
                 log.warning("could not close the GC's bulk S3 client: %s", err)
     # Keys that still fail after every retry make the run "partial": M stands, the
     # objects are listed again next run. L1 watermarks only move if every orphan went.
-    status = "partial" if counters.delete_errors or l1_res.delete_errors or gc_res.delete_errors else "ok"
+    failed_any = counters.delete_errors or l1_res.delete_errors or gc_res.delete_errors or removal.errors
+    status = "partial" if failed_any else "ok"
     if p.full_sweep and not l1_res.delete_errors:  # a full sweep counts once every orphan it found went
         l1_info["l1_full_sweep_ms"] = p.started_ms
     return finish(

@@ -9,9 +9,9 @@ import pytest
 
 from ctp_state import layout
 from ctp_state.gc.history import GcHistory
-from ctp_state.log import PartitionLog
 from tests.airflow.conftest import airflow
 from tests.gc.test_gc_run import l0_keys, reconciled
+from tests.support import key_id, plog
 
 
 @pytest.mark.slow
@@ -23,9 +23,9 @@ def test_verify_stops_the_gc_dag_before_any_delete(airflow_env, store):
     # An old entry goes bad under a snapshot: every reader (and so the gate) still reads
     # the state from the snapshot, but the log could no longer rebuild it. Only a full
     # verify reads every entry.
-    log = PartitionLog(store, "t", 1)
+    log = plog(store, "t", 1)
     log.write_snapshot(log.read_state())
-    lost = layout.log_entry("t", 1, 1)
+    lost = layout.log_entry("t", 1, 1, key_id(store, "t"))
     store.put(lost, store.get(lost)[:-9] + b"garbage}")
     before = l0_keys(store)
 

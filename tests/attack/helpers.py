@@ -3,11 +3,11 @@ from __future__ import annotations
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys, read_partition
 from ctp_state.reconcile import run_reconcile
 from ctp_state.topics import create_topic
+from tests.support import plog
 
 
 def l0_keys(store) -> set[str]:
@@ -28,5 +28,5 @@ def one_reconciled_record(store, value: bytes):
         v = prod.write([(("t", 0), [Record(value, b"k", 1234)])])[0]
     assert v.accepted
     run_reconcile(store)
-    (l1,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
+    (l1,), _ = committed_l1_keys(plog(store, "t", 0))
     return ce, v, l1

@@ -17,10 +17,10 @@ from ctp_state.entries import AccessMode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from ctp_state.topics import create_topic
+from tests.support import plog
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -35,7 +35,7 @@ def test_a_dead_reconciler_with_a_fast_clock_does_not_block_the_partition_past_i
     for _ in range(3):
         ce.advance()
 
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     fast = lambda: int(time.time() * 1000) + DAY_MS  # noqa: E731
     got = log.claim(log.read_state(), "reconciler:fast-clock", AccessMode.EXCLUSIVE, lease_ms=1000, clock_ms=fast)
     assert got.outcome.accepted  # ... and then the process dies: no release

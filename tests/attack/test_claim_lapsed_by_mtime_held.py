@@ -14,12 +14,12 @@ import time
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import build_files_locally, run_reconcile
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
+from tests.support import plog
 
 
 def test_a_reconciler_named_lapsed_mid_run_is_fenced_and_nothing_is_doubled(store, gate):
@@ -53,7 +53,7 @@ def test_a_reconciler_named_lapsed_mid_run_is_fenced_and_nothing_is_doubled(stor
     (p1,), (p2,) = first[0].partitions, second.partitions
     assert p2.status in ("reconciled", "advanced"), p2
     assert p1.status == "fenced", p1
-    st = PartitionLog(store, "t", 0).read_state()
+    st = plog(store, "t", 0).read_state()
     assert st.last_reconciled_offset == 19 and [p.base_offset for p in st.pending] == [20]
     assert values(store) == [r.value for r in recs] + [b"late"]
     for _ in range(3):

@@ -21,9 +21,9 @@ import time
 
 from ctp_state.entries import AccessMode
 from ctp_state.errors import CtpError
-from ctp_state.log import PartitionLog
 from ctp_state.storage import open_store
 from ctp_state.topics import create_topic
+from tests.support import plog, space
 
 
 def test_reading_a_healthy_growing_log_never_reports_it_corrupt(tmp_path):
@@ -33,7 +33,7 @@ def test_reading_a_healthy_growing_log_never_reports_it_corrupt(tmp_path):
     errors: list[str] = []
 
     def writer() -> None:
-        log = PartitionLog(store, "t", 0, write_snapshots=False)
+        log = plog(store, "t", 0, write_snapshots=False)
         st = log.read_state()
         i = 0
         while not stop.is_set():
@@ -43,7 +43,7 @@ def test_reading_a_healthy_growing_log_never_reports_it_corrupt(tmp_path):
     def reader() -> None:
         while not stop.is_set():
             try:
-                PartitionLog(store, "t", 0, write_snapshots=False).read_state()
+                plog(store, "t", 0, write_snapshots=False).read_state()
             except CtpError as e:
                 errors.append(str(e))
                 stop.set()
@@ -57,6 +57,6 @@ def test_reading_a_healthy_growing_log_never_reports_it_corrupt(tmp_path):
     stop.set()
     for t in threads:
         t.join()
-    n = sum(1 for _ in store.list("logs/t/000000/"))
-    assert PartitionLog(store, "t", 0, write_snapshots=False).read_state().applied_offset == n - 1  # it is healthy
+    n = sum(1 for _ in store.list(f"logs/{space(store)}/000000/"))
+    assert plog(store, "t", 0, write_snapshots=False).read_state().applied_offset == n - 1  # it is healthy
     assert not errors, f"a healthy log of {n} entries was reported corrupt: {errors[0]}"

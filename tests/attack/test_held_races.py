@@ -28,6 +28,7 @@ from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings, ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
+from tests.support import key_id
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -127,10 +128,10 @@ def test_a_partition_repaired_at_offset_above_0_reconciles_and_collects_safely(s
     # What an older ctp left: topic metadata, partition 0 initialized, partition 1's
     # offset 0 a placeholder (written before its init), no init.
     create_topic(store, "t", 2)
-    store.delete_many([layout.log_entry("t", 1, 0)])
+    store.delete_many([layout.log_entry("t", 1, 0, key_id(store, "t"))])
     bogus = Placeholder(2, layout.l0_key(0, 2, "bogus"), 8, 10, 1, 0)
-    store.put_if_absent(layout.log_entry("t", 1, 0), encode(bogus))
-    store.put_if_absent(layout.log_entry("t", 1, 1), encode(bogus))
+    store.put_if_absent(layout.log_entry("t", 1, 0, key_id(store, "t")), encode(bogus))
+    store.put_if_absent(layout.log_entry("t", 1, 1, key_id(store, "t")), encode(bogus))
     create_topic(store, "t", 2, exist_ok=True)  # repair: init at offset 2
     sent = []
     with Producer(store, epoch_ttl_s=0) as prod:

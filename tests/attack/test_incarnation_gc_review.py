@@ -22,7 +22,6 @@ from ctp_state.gc import run_gc
 from ctp_state.gc.history import GcHistory
 from ctp_state.ingest import produce_input
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys
 from ctp_state.reconcile import run_reconcile
@@ -33,7 +32,7 @@ from tests.attack.conftest import LostResponses
 from tests.attack.helpers import l0_keys, values
 from tests.gc.test_gc_run_files import named, run_files
 from tests.safety.test_topic_incarnations import remove_by_hand
-from tests.support import Wrapped
+from tests.support import Wrapped, key_id, plog
 
 ONE_PER_CHUNK = ReconcileSettings(target_file_bytes=1)
 
@@ -175,7 +174,7 @@ def recreate_with_a_damaged_first_file_and_gc(fstore, ce, gate, *, partitions: i
     create_topic(fstore, "t", partitions)
     write(fstore, "t", 0, "new", 20)
     run_reconcile(fstore)
-    (l1,), _ = committed_l1_keys(PartitionLog(fstore, "t", 0))
+    (l1,), _ = committed_l1_keys(plog(fstore, "t", 0))
     data = bytearray(fstore.get(l1))
     data[len(data) // 2] ^= 0x10
     fstore.put(l1, bytes(data))
@@ -274,7 +273,7 @@ def lose_fourth_chunk(store, topic="t", partition=0) -> tuple[list[bytes], str, 
     sent: list[bytes] = []
     for b in range(6):
         sent += write(store, topic, partition, f"b{b}")
-    lost = PartitionLog(store, topic, partition).read_state().pending[3].l0_key
+    lost = plog(store, topic, partition).read_state().pending[3].l0_key
     backup = store.get(lost)
     store.delete_many([lost])
     return sent, lost, backup
@@ -291,7 +290,7 @@ def test_files_built_after_the_lost_chunk_are_checked_by_the_gc_once_committed(f
     sent, lost, backup = lose_fourth_chunk(fstore)
     (p,) = run_reconcile(fstore, config=ONE_PER_CHUNK).partitions
     assert p.status == "quarantined" and p.key == lost
-    after = layout.l1_key("t", 0, 25, 29)  # built from the sixth chunk, not committed
+    after = layout.l1_key("t", 0, 25, 29, key_id(fstore, "t"))  # built from the sixth chunk, not committed
     assert fstore.head(after) is not None
     for _ in range(3):
         ce.advance()
@@ -301,7 +300,7 @@ def test_files_built_after_the_lost_chunk_are_checked_by_the_gc_once_committed(f
     (p,) = run_reconcile(fstore, config=ONE_PER_CHUNK).partitions
     assert p.status == "reconciled", p
     assert values(fstore) == sent
-    keys, _ = committed_l1_keys(PartitionLog(fstore, "t", 0))
+    keys, _ = committed_l1_keys(plog(fstore, "t", 0))
     assert after in keys
     data = bytearray(fstore.get(after))
     data[len(data) // 2] ^= 0x10
@@ -364,7 +363,7 @@ def test_the_gc_keeps_every_l0_object_behind_a_partial_commit(fstore, gate):
     for b in range(6):
         ce.advance()  # one epoch per object: M could pass the later ones if it were wrong
         sent += write(fstore, "t", 0, f"b{b}")
-    pending = PartitionLog(fstore, "t", 0).read_state().pending
+    pending = plog(fstore, "t", 0).read_state().pending
     lost = pending[3].l0_key
     backup = fstore.get(lost)
     fstore.delete_many([lost])

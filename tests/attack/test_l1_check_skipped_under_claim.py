@@ -19,10 +19,10 @@ import random
 from ctp_state.entries import AccessMode
 from ctp_state.errors import CtpError
 from ctp_state.gc import run_gc
-from ctp_state.log import PartitionLog
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
 from tests.attack.helpers import l0_keys, one_reconciled_record
+from tests.support import plog
 
 
 def test_a_claimed_partitions_unchecked_l1_file_never_lets_its_l0_source_go(store, gate):
@@ -36,7 +36,7 @@ def test_a_claimed_partitions_unchecked_l1_file_never_lets_its_l0_source_go(stor
     run_reconcile(store)  # R6: the lower bound passes the L0 object's epoch
 
     # The next reconcile run has claimed the partition (its Spark job is running).
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     log.claim(log.read_state(), "reconciler:next-run", AccessMode.EXCLUSIVE, lease_ms=15 * 60 * 1000)
     try:
         run_gc(store, gate=gate)

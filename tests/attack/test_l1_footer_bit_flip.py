@@ -24,13 +24,13 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, GateFailed
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys, read_partition
 from ctp_state.reconcile import run_reconcile
 from ctp_state.topics import create_topic
 from ctp_state.verify import verify
 from tests.attack.helpers import l0_keys
+from tests.support import plog
 
 RECORDS = [
     Record(f"value-{i}".encode(), f"k{i}".encode(), 1_700_000_000_000 + i, (("trace", f"id-{i}".encode()),))
@@ -63,7 +63,7 @@ def _committed_and_collected(store, gate, damage):
         v = prod.write([(("t", 0), RECORDS)])[0]
     assert v.accepted
     run_reconcile(store)
-    (l1,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
+    (l1,), _ = committed_l1_keys(plog(store, "t", 0))
     store.put(l1, damage(store.get(l1)))  # one bit, in the footer
     ce.advance()
     ce.advance()

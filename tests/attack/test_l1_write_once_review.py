@@ -23,7 +23,6 @@ from ctp_state.errors import CorruptData, KeyExists, ObjectNotFound, StoreError
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.l1 import L1File, build_file
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import build_files_locally, run_reconcile
 from ctp_state.settings import GcSettings, ReconcileSettings
@@ -31,7 +30,7 @@ from ctp_state.topics import create_topic
 from ctp_state.verify import verify_partition
 from tests.attack.conftest import LostResponses
 from tests.attack.helpers import values
-from tests.support import Wrapped
+from tests.support import Wrapped, key_id, plog
 
 SWEEP_NOW = GcSettings(l1_grace_s=0, l1_full_sweep_s=0)
 
@@ -55,11 +54,11 @@ def setup(store, n=20):
 
 
 def state(store, topic="t"):
-    return PartitionLog(store, topic, 0).read_state()
+    return plog(store, topic, 0).read_state()
 
 
 def l1_keys(store, topic="t"):
-    return sorted(o.key for o in store.list(layout.l1_partition_prefix(topic, 0)))
+    return sorted(o.key for o in store.list(layout.l1_partition_prefix(topic, 0, key_id(store, topic))))
 
 
 def codec_of(data: bytes) -> str:
@@ -422,24 +421,23 @@ def _remove_topic_by_hand(store, with_l1: bool) -> None:
 
 
 @pytest.mark.parametrize("how", ["old-l1-left", "old-reconciler-late-write"])
-def test_a_recreated_topic_meets_the_old_topics_l1_file_at_the_same_key_and_is_held_until_it_goes(store, gate, how):
-    """Found a wedge (inside what docs/failure-model.md leaves open); now HELD with its way out.
-    Topic t's 20 records (4 batches of 5) go to l1/t/000000/0-19. The topic is removed
-    by hand and created again; producers write 20 other records in the same batches.
+def test_a_recreated_topic_never_meets_the_old_topics_l1_file(store, gate, how):
+    """Found a wedge; now CLOSED by incarnation-keyed state (R10). Topic t's 20 records
+    (4 batches of 5) go to its L1 file 0-19. The topic is removed by hand and created
+    again; producers write 20 other records in the same batches.
 
     - old-l1-left: t was reconciled, and the removal took metadata, logs and snapshots
-      (the procedure of tests/attack/test_readback_review.py) but not l1/t/.
-    - old-reconciler-late-write: the removal also took l1/t/ (the procedure the
-      working tree's docs/failure-model.md now gives), but a reconciler of the old t was
-      still building: its file lands after the removal (and it dies before its commit).
+      but not l1/t/.
+    - old-reconciler-late-write: the removal also took l1/t/, but a reconciler of the old
+      t was still building: its file lands after the removal (and it dies before its commit).
 
-    The new t's reconcile plans the same key, finds the old incarnation's file ("other
-    records ... left as it is") and quarantines t/0, on every run, for good: the file
-    lies past the new log's last reconciled offset, so the GC never collects it, and
-    M stays pinned cluster-wide. Before the change the new PUT replaced it. (A rerun
-    with --target-file-mb small enough to split differently gets out, and the GC then
-    collects the old file; when the old file is a single chunk's, only a hand delete.)"""
+    When L1 keys carried only the topic's name, the new t's reconcile planned the same
+    key, found the old incarnation's file and quarantined t/0 on every run, for good
+    (M pinned cluster-wide). Now each incarnation's files live under its own id: the new
+    t's file has another key, its reconcile commits, and the old file stays where its
+    incarnation put it (``ctp topic delete`` has the GC remove such state)."""
     ce, _ = setup(store)
+    old_id = key_id(store, "t")
     if how == "old-l1-left":
         assert run_reconcile(store).partitions[0].status == "reconciled"
         _remove_topic_by_hand(store, with_l1=False)
@@ -453,19 +451,19 @@ def test_a_recreated_topic_meets_the_old_topics_l1_file_at_the_same_key_and_is_h
             create_topic(store, "t", 1)
             got["want"] = produce(store, 20, prefix="new")
             build_files_locally(store, files)
-            # It dies before its commit. (Had it committed, its reconcile entry would land
-            # past the new log's end, leaving a gap: a topic-identity problem of its own,
-            # outside this change.)
             raise RuntimeError("killed between the L1 writes and the commit")
 
         with pytest.raises(RuntimeError, match="killed"):
             run_reconcile(store, map_files=recreate_while_building)
         want = got["want"]
-    old_key = layout.l1_key("t", 0, 0, 19)
-    assert store.head(old_key) is not None
+    old_key = layout.l1_key("t", 0, 0, 19, old_id)
+    new_key = layout.l1_key("t", 0, 0, 19, key_id(store, "t"))
+    assert old_id != key_id(store, "t") and store.head(old_key) is not None
     assert values(store) == want  # the new topic's records, from L0
     rep, rec = _reconcile_and_gc_a_few_times(store, ce, gate)
-    held_until_deleted(store, ce, gate, rep, rec, old_key, "holds other records", want)
+    assert rep.status in ("reconciled", "advanced") and rec.status == "ok", (rep, rec)
+    assert store.head(new_key) is not None and store.head(old_key) is not None
+    assert values(store) == want
 
 
 # --- F. what a fenced reconciler reports when its takeover finds the key emptied -------------------

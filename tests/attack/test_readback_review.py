@@ -26,7 +26,6 @@ from ctp_state.entries import AccessMode
 from ctp_state.errors import StateUnreadable
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
@@ -43,7 +42,7 @@ from tests.attack.test_snapshot_after_release import (
     log_end,
     snap_offset,
 )
-from tests.support import Wrapped, assert_exactly_once, produce_rounds
+from tests.support import Wrapped, assert_exactly_once, key_id, plog, produce_rounds
 
 
 def _tear(store, key: str) -> None:
@@ -86,7 +85,7 @@ def test_an_entry_torn_after_the_start_read_is_not_certified_by_the_read_back(fs
     store = fstore
     produce_rounds(store, partitions=1, rounds=3, per=10)
     advance(store, 2)
-    torn_key = layout.log_entry("t", 0, 2)
+    torn_key = layout.log_entry("t", 0, 2, key_id(store, "t"))
     assert snap_offset(store, "t", 0) < 0  # no snapshot: the start read decodes the tail
     s = run_reconcile(
         store,
@@ -118,7 +117,7 @@ def test_an_entry_torn_after_the_start_snapshot_covered_it_is_found_by_verify(fs
     store = fstore
     sent = produce_rounds(store, partitions=1, rounds=rc.START_SNAPSHOT_TAIL + 4, per=5)
     advance(store, 2)
-    torn_key = layout.log_entry("t", 0, 2)
+    torn_key = layout.log_entry("t", 0, 2, key_id(store, "t"))
     assert snap_offset(store, "t", 0) < 0
     s = run_reconcile(
         store,
@@ -153,11 +152,11 @@ def test_a_snapshot_repaired_mid_run_is_not_reinstalled_by_the_read_back(fstore,
     store = fstore
     sent = produce_rounds(store, partitions=1, rounds=2, per=10)
     advance(store, 2)
-    log = PartitionLog(store, "t", 0, write_snapshots=False)
+    log = plog(store, "t", 0, write_snapshots=False)
     true_state = log.read_state()
     assert len(true_state.producers) == 1
     forged = dataclasses.replace(true_state.persisted, producers=())
-    snap_key = layout.snapshot("t", 0)
+    snap_key = layout.snapshot("t", 0, key_id(store, "t"))
     store.put(snap_key, sm.encode_snapshot(forged))
     assert log.read_snapshot(strict=True).producers == ()  # passes every check readers make
 
@@ -170,15 +169,15 @@ def test_a_snapshot_repaired_mid_run_is_not_reinstalled_by_the_read_back(fstore,
     assert s.partitions_reconciled == 1, s
 
     # The producer re-sends its last batch (offset 2) under the current epoch.
-    key2 = layout.log_entry("t", 0, 2)
+    key2 = layout.log_entry("t", 0, 2, key_id(store, "t"))
     ph = en.decode(store.get(key2), key2)
     c = advance(store, 0)
     spread, _ = layout.parse_l0_key(ph.l0_key)
     new_l0 = layout.l0_key(spread, c, "resend0000000000000000000000000000")
     store.put(new_l0, store.get(ph.l0_key))
     resend = dataclasses.replace(ph, epoch=c, l0_key=new_l0)
-    plog = PartitionLog(store, "t", 0)
-    got = plog.append(plog.read_state(), lambda _s: resend).outcome
+    log_ = plog(store, "t", 0)
+    got = log_.append(log_.read_state(), lambda _s: resend).outcome
     assert got.rejected is None
     assert got.duplicate, "the re-sent batch was accepted as new records: the partition forgot its producer"
     advance(store, 2)
@@ -192,11 +191,11 @@ def test_a_snapshot_repaired_mid_run_is_not_reinstalled_by_the_read_back(fstore,
 
 
 def test_a_topic_recreated_mid_run_gets_a_snapshot_of_its_new_log(fstore, gate):
-    """(Broke the reverted 7dbf2cf.) An operator removes topic ``t`` (its
-    metadata, logs and snapshots) and creates it again while a reconcile of the old
-    ``t`` builds; the new ``t`` gets 6 batches, so its log is longer than the old one.
-    The run's commit lands in the new log (a lost race, caught up) and is rejected
-    there (unknown writer epoch), as is its release.
+    """(Broke the reverted 7dbf2cf.) An operator deletes topic ``t`` and creates it
+    again while a reconcile of the old ``t`` builds; the new ``t`` gets 6 batches, so
+    its log is longer than the old one. When logs were keyed by the topic's name only,
+    the run's commit landed in the new log (a lost race, caught up) and was rejected
+    there (unknown writer epoch), as was its release; now it meets the old log's seal.
 
     The full read-back folds the new log from its start: the snapshot is the new
     topic's true state; its records read exactly once.
@@ -210,8 +209,9 @@ def test_a_topic_recreated_mid_run_gets_a_snapshot_of_its_new_log(fstore, gate):
     new_sent: dict[int, list[Record]] = {}
 
     def recreate():
-        keys = [o.key for pre in ("logs/t/", "snapshots/t/") for o in store.list(pre)]
-        store.delete_many(keys + [layout.topic_meta("t")])
+        from ctp_state.deletion import delete_topic
+
+        delete_topic(store, "t")
         create_topic(store, "t", 1)
         new_sent[0] = []
         with Producer(store, epoch_ttl_s=0) as prod:
@@ -221,13 +221,13 @@ def test_a_topic_recreated_mid_run_gets_a_snapshot_of_its_new_log(fstore, gate):
                 new_sent[0].extend(recs)
 
     run_reconcile(store, config=ReconcileSettings(threads=1), map_files=_building_then(store, recreate))
-    assert log_end(store, "t", 0) >= 8
+    assert log_end(store, "t", 0) == 6  # its init and 6 batches: the old run's commit went to the old log
     got = [r["value"] for r in read_partition(store, "t", 0).to_pylist()]
     want = [r.value for r in new_sent[0]]
     assert got == want, (
         f"the new t/0 reads {len(got)} records ({len(set(got) - set(want))} of the old topic, "
         f"{len(set(want) - set(got))} of its own missing); snapshot pending: "
-        f"{[p.log_offset for p in PartitionLog(store, 't', 0).read_state().pending]}"
+        f"{[p.log_offset for p in plog(store, 't', 0).read_state().pending]}"
     )
     assert_exactly_once(store, "t", new_sent, all_in_l1=False)
     deep_ok(store)
@@ -243,7 +243,7 @@ def _long_snapshotted_log(store) -> dict[int, list[Record]]:
     advance(store, 1)
     sent: dict[int, list[Record]] = {0: []}
     append_singles(store, 70, "r", sent)
-    PartitionLog(store, "t", 0).read_state()  # a reader snapshots the long tail
+    plog(store, "t", 0).read_state()  # a reader snapshots the long tail
     assert snap_offset(store, "t", 0) > 60
     advance(store, 2)
     return sent
@@ -260,7 +260,7 @@ def test_a_snapshot_corrupted_mid_run_is_replaced_by_the_read_back(fstore, gate)
     s = run_reconcile(
         store,
         config=ReconcileSettings(threads=1),
-        map_files=_building_then(store, lambda: _tear(store, layout.snapshot("t", 0))),
+        map_files=_building_then(store, lambda: _tear(store, layout.snapshot("t", 0, key_id(store, "t")))),
     )
     assert s.partitions_reconciled == 1, s
     assert snap_offset(store, "t", 0) == log_end(store, "t", 0)
@@ -278,11 +278,11 @@ def test_a_snapshot_and_an_entry_it_covered_both_corrupted_mid_run(fstore, gate)
     the store.)"""
     store = fstore
     _long_snapshotted_log(store)
-    bad = layout.log_entry("t", 0, 5)
+    bad = layout.log_entry("t", 0, 5, key_id(store, "t"))
 
     def both_go_bad():
         _tear(store, bad)
-        _tear(store, layout.snapshot("t", 0))
+        _tear(store, layout.snapshot("t", 0, key_id(store, "t")))
 
     s = run_reconcile(store, config=ReconcileSettings(threads=1), map_files=_building_then(store, both_go_bad))
     assert s.partitions_reconciled == 1, s
@@ -356,7 +356,7 @@ def test_a_wait_for_exclusive_claim_over_a_busy_log_snapshots_the_log(fstore, ga
     store = fstore
     sent = produce_rounds(store, partitions=1, rounds=2, per=5)
     advance(store, 2)
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     held = log.claim(log.read_state(), "other", AccessMode.EXCLUSIVE, lease_ms=30_000).outcome
     assert held.rejected is None
     we = held.state.writer_epoch
@@ -366,9 +366,9 @@ def test_a_wait_for_exclusive_claim_over_a_busy_log_snapshots_the_log(fstore, ga
         try:
             time.sleep(0.5)  # the reconciler has read its start state and is waiting
             append_singles(store, 70, "busy", sent)
-            PartitionLog(store, "t", 0).read_state()  # a reader snapshots them
-            plog = PartitionLog(store, "t", 0)
-            assert plog.release(plog.read_state(), "other", we).outcome.rejected is None
+            plog(store, "t", 0).read_state()  # a reader snapshots them
+            log_ = plog(store, "t", 0)
+            assert log_.release(log_.read_state(), "other", we).outcome.rejected is None
         except BaseException as e:
             errors.append(e)
 

@@ -21,17 +21,16 @@ from ctp_state import entries as en
 from ctp_state import reconcile as rc
 from ctp_state.entries import AccessMode
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.attack.test_snapshot_after_release import advance, converges
-from tests.support import produce_rounds
+from tests.support import plog, produce_rounds
 
 
 def _entries(store, topic="t", p=0) -> list[en.Entry]:
-    return [e for _, e in PartitionLog(store, topic, p, write_snapshots=False).entries()]
+    return [e for _, e in plog(store, topic, p, write_snapshots=False).entries()]
 
 
 def test_a_planned_advance_refused_after_a_producer_wrote_leaves_no_claim_held(fstore, gate):
@@ -52,7 +51,7 @@ def test_a_planned_advance_refused_after_a_producer_wrote_leaves_no_claim_held(f
     tail = _entries(store)[-4:]
     assert [type(e).__name__ for e in tail] == ["Claim", "Placeholder", "Reconcile", "Release"], tail
     assert tail[2].release_owner is None  # it planned the advance ...
-    assert PartitionLog(store, "t", 0).read_state().holders == ()  # ... and released without it
+    assert plog(store, "t", 0).read_state().holders == ()  # ... and released without it
     converges(store, gate, sent, 1)
 
 
@@ -63,7 +62,7 @@ def test_a_fenced_releasing_reconcile_releases_nothing_and_the_new_holder_keeps_
 
     def build_then_lose_the_claim(files):
         out = rc.build_files_locally(store, files)
-        log = PartitionLog(store, "t", 0)
+        log = plog(store, "t", 0)
         st = log.read_state()
         (mine,) = st.holders
         # The run's lease is judged over (as if it had run past it): another reconciler
@@ -84,14 +83,14 @@ def test_a_fenced_releasing_reconcile_releases_nothing_and_the_new_holder_keeps_
 
     s = run_reconcile(store, config=ReconcileSettings(threads=1), map_files=build_then_lose_the_claim)
     assert s.partitions_fenced == 1 and s.partitions_reconciled == 0, s
-    st = PartitionLog(store, "t", 0).read_state()
+    st = plog(store, "t", 0).read_state()
     assert [(h.owner, h.writer_epoch) for h in st.holders] == [("reconciler:other", taken["we"])]
     assert st.pending and st.l1_ends == ()  # the late commit took no effect
     tail = _entries(store)[-3:]
     assert [type(e).__name__ for e in tail] == ["Claim", "Reconcile", "Release"], tail
     assert tail[1].release_owner is not None  # it tried to release in the reconcile: fenced whole
     # The other reconciler releases (or its lease runs out); then everything converges.
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     assert log.release(log.read_state(), "reconciler:other", taken["we"]).outcome.accepted
     converges(store, gate, sent, 1)
 
@@ -100,15 +99,15 @@ def test_a_releasing_entry_naming_another_owner_changes_nothing(fstore, gate):
     store = fstore
     create_topic(store, "t", 1)
     c = advance(store, 3)  # idle and behind C: an advance is due
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     st = log.claim(log.read_state(), "reconciler:a", AccessMode.EXCLUSIVE, lease_ms=60_000).outcome.state
     we, bound = st.writer_epoch, st.min_epoch_lower_bound
     out = log.append(st, lambda s: en.Advance(c, we, "reconciler:b")).outcome
     assert out.rejected is not None and "which it does not hold" in str(out.rejected)
-    after = PartitionLog(store, "t", 0).read_state()
+    after = plog(store, "t", 0).read_state()
     assert [(h.owner, h.writer_epoch) for h in after.holders] == [("reconciler:a", we)]
     assert after.min_epoch_lower_bound == bound  # the advance took no effect either
     assert log.append(after, lambda s: en.Advance(c, we, "reconciler:a")).outcome.accepted
-    done = PartitionLog(store, "t", 0).read_state()
+    done = plog(store, "t", 0).read_state()
     assert done.holders == () and done.min_epoch_lower_bound == c
     converges(store, gate, {0: []}, 1)

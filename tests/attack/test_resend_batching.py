@@ -19,7 +19,7 @@ from tests.attack.helpers import values
 
 
 def _unknown_but_landed(store, records):
-    lossy = LostResponses(store, r"^logs/t/000000/", then_unreachable=True)
+    lossy = LostResponses(store, r"^logs/t/(?:[0-9a-f]{32}/)?000000/", then_unreachable=True)
     with Producer(lossy, epoch_ttl_s=0, producer_id="p") as prod:
         v = prod.write([(("t", 0), records)])[0]
     assert v.outcome == "unknown"

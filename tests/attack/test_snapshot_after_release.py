@@ -35,13 +35,12 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, StateUnreadable, StoreError
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings, ReconcileSettings
 from ctp_state.topics import create_topic
 from ctp_state.verify import verify
-from tests.support import Wrapped, assert_exactly_once, produce_rounds
+from tests.support import Wrapped, assert_exactly_once, key_id, plog, produce_rounds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -50,12 +49,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def log_end(store, topic: str, p: int) -> int:
-    log = PartitionLog(store, topic, p, write_snapshots=False)
+    log = plog(store, topic, p, write_snapshots=False)
     return max(layout.log_offset_of(o.key, log.prefix) for o in store.list(log.prefix))
 
 
 def snap_offset(store, topic: str, p: int) -> int:
-    return PartitionLog(store, topic, p, write_snapshots=False).read_snapshot(strict=True).applied_offset
+    return plog(store, topic, p, write_snapshots=False).read_snapshot(strict=True).applied_offset
 
 
 def deep_ok(store) -> None:
@@ -83,7 +82,7 @@ def gc_ok(store, gate):
 def no_pending_l0_below_m(store, topic, partitions, m):
     """I1 checked on its own: every pending chunk's L0 object is still there."""
     for p in range(partitions):
-        st = PartitionLog(store, topic, p, write_snapshots=False).read_state()
+        st = plog(store, topic, p, write_snapshots=False).read_state()
         for ph in st.pending:
             assert store.head(ph.l0_key) is not None, (p, ph.l0_key, m)
 
@@ -175,7 +174,7 @@ def test_lapsed_reconciler_fenced_commit_and_rejected_release_snapshot_the_log(f
         sent[p].extend(late[p])
         # A's snapshot (at its rejected release) is what the log says there.
         assert snap_offset(store, "t", p) == log_end(store, "t", p)
-        st = PartitionLog(store, "t", p).read_state()
+        st = plog(store, "t", p).read_state()
         assert not st.holders and len(st.pending) == 1
     converges(store, gate, sent, 2)
 
@@ -233,7 +232,7 @@ def test_release_whose_response_was_lost_resolves_and_snapshots_the_log_end(fsto
     assert s.partitions_reconciled == 2 and lossy.fired == 2, s
     for p in (0, 1):
         assert snap_offset(store, "t", p) == log_end(store, "t", p)
-        assert not PartitionLog(store, "t", p).read_state().holders
+        assert not plog(store, "t", p).read_state().holders
     deep_ok(store)
     gc_ok(store, gate)
     assert_exactly_once(store, "t", sent)
@@ -260,9 +259,9 @@ def test_release_with_unknown_outcome_writes_no_snapshot_and_converges(fstore, g
     p_cut = int(cut.rstrip("/").rsplit("/", 1)[1])
     # The cut partition committed its reconcile and its release landed, but no snapshot
     # at or past the release was written by the run.
-    st = PartitionLog(store, "t", p_cut, write_snapshots=False).read_state()
+    st = plog(store, "t", p_cut, write_snapshots=False).read_state()
     assert not st.holders and not st.pending
-    snap = PartitionLog(store, "t", p_cut, write_snapshots=False).read_snapshot()
+    snap = plog(store, "t", p_cut, write_snapshots=False).read_snapshot()
     assert snap.applied_offset < log_end(store, "t", p_cut), (s, snap.applied_offset)
     deep_ok(store)
     gc_ok(store, gate)
@@ -282,7 +281,7 @@ from ctp_state import reconcile as rc
 from ctp_state.storage import open_store
 from ctp_state.settings import ReconcileSettings
 
-def die(store, topic, partition):
+def die(store, topic, partition, topic_id):
     os.kill(os.getpid(), signal.SIGKILL)
 
 rc._snapshot = die
@@ -342,7 +341,7 @@ def _torn_reconcile(store, *, snapshot_after_release: bool, monkeypatch):
     sent = produce_rounds(store, partitions=1, rounds=3, per=10)
     advance(store, 2)
     if not snapshot_after_release:  # the code before 80721d0
-        monkeypatch.setattr(rc, "_snapshot", lambda store, topic, partition: None)
+        monkeypatch.setattr(rc, "_snapshot", lambda store, topic, partition, topic_id: None)
     torn = TornEntries(store)
     s = run_reconcile(torn, config=ReconcileSettings(threads=1))
     assert s.partitions_reconciled == 1 and len(torn.torn) == 1, s
@@ -381,7 +380,7 @@ def test_a_torn_reconcile_entry_is_not_certified_by_the_post_release_snapshot(fs
     # the invariant the control test shows held before 80721d0: nothing deleted while
     # an entry the partition's state rests on does not read
     assert l0_keys(store) == before, f"GC deleted {len(before - l0_keys(store))} L0 objects over {torn_key}"
-    assert snap_offset(store, "t", 0) < layout.log_offset_of(torn_key, layout.log_prefix("t", 0))
+    assert snap_offset(store, "t", 0) < layout.log_offset_of(torn_key, layout.log_prefix("t", 0, key_id(store, "t")))
 
 
 # --- 6. a delayed snapshot overwriting a newer one ----------------------------------------------
@@ -393,17 +392,17 @@ def _delayed(store, sent, seen, corrupt_covered: bool):
     the newer snapshot covers then goes bad."""
     orig = rc._snapshot
 
-    def delayed(s, topic, partition):
-        released = PartitionLog(store, topic, partition, write_snapshots=False).read_state().applied_offset
+    def delayed(s, topic, partition, topic_id):
+        released = plog(store, topic, partition, write_snapshots=False).read_state().applied_offset
         append_singles(store, 70, "mid", sent)
-        PartitionLog(store, topic, partition).read_state()  # a reader: tail >= 64, it snapshots
+        plog(store, topic, partition).read_state()  # a reader: tail >= 64, it snapshots
         seen["newer"], seen["release"] = snap_offset(store, "t", 0), released
         if corrupt_covered:
-            bad = layout.log_entry("t", 0, released + 3)  # covered by the newer snapshot
+            bad = layout.log_entry("t", 0, released + 3, key_id(store, "t"))  # covered by the newer snapshot
             store.put(bad, store.get(bad)[:-7] + b"garbage")
             # the promise holds here: the state reads from the newer snapshot
-            assert PartitionLog(store, "t", 0, write_snapshots=False).read_state().applied_offset == seen["newer"]
-        orig(s, topic, partition)
+            assert plog(store, "t", 0, write_snapshots=False).read_state().applied_offset == seen["newer"]
+        orig(s, topic, partition, topic_id)
 
     return delayed
 
@@ -469,7 +468,7 @@ def test_a_torn_reconcile_entry_on_a_long_log_stops_the_gc(fstore, gate):
     torn = TornEntries(store)
     s = run_reconcile(torn, config=ReconcileSettings(threads=1))
     assert s.partitions_reconciled == 1 and len(torn.torn) == 1
-    torn_offset = layout.log_offset_of(torn.torn[0], PartitionLog(store, "t", 0).prefix)
+    torn_offset = layout.log_offset_of(torn.torn[0], plog(store, "t", 0).prefix)
     assert snap_offset(store, "t", 0) < torn_offset
     before = l0_keys(store)
     with pytest.raises(StateUnreadable, match=torn.torn[0]):

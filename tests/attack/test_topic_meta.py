@@ -107,7 +107,7 @@ def test_metadata_rewritten_whole_to_hide_a_partition_stops_the_gc(store, gate):
     store.put(meta_key, encode_meta(Topic("t", 1, get_topic(store, "t").created_ms)))
     for _ in range(3):
         ce.advance()
-    with pytest.raises(CtpError, match="logs/t/000001/"):
+    with pytest.raises(CtpError, match="logs/t/"):
         run_gc(store, gate=gate)
     store.put(meta_key, raw)
     assert store.head(l0) is not None and _read_or_lost(store, "t", 1) == [b"acked"]

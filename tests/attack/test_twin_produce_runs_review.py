@@ -39,7 +39,7 @@ from tests.attack.helpers import values
 from tests.support import Wrapped
 
 WAIT_S = 30.0
-T0, T1 = r"^logs/t/000000/", r"^logs/t/000001/"
+T0, T1 = r"^logs/t/(?:[0-9a-f]{32}/)?000000/", r"^logs/t/(?:[0-9a-f]{32}/)?000001/"
 
 
 class Gated(Wrapped):

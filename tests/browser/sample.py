@@ -13,7 +13,6 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import GateFailed
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings
@@ -21,6 +20,7 @@ from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic
 from expectations.gate import GxGate
 from expectations.job import write_report
+from tests.support import plog
 
 TOPIC = "orders"
 PARTITIONS = 8
@@ -59,7 +59,7 @@ def build(store: ObjectStore, report_dir: str, rounds: int = 6) -> GxGate:
         pass
     # Trouble an operator must see: a stuck claim on one partition, a quarantined
     # chunk on another, and lag on a third.
-    log = PartitionLog(store, TOPIC, 1)
+    log = plog(store, TOPIC, 1)
     log.claim(log.read_state(), "reconciler:dead", AccessMode.EXCLUSIVE, lease_ms=3_600_000)
     _produce(store, [1, 2, 3])
     corrupt_chunk(store, TOPIC, 2)

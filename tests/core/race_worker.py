@@ -11,9 +11,9 @@ import time
 from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import KeyExists
-from ctp_state.log import PartitionLog
 from ctp_state.producer import PartitionWriter
 from ctp_state.storage import open_store
+from tests.support import plog
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
         print(json.dumps([ce.advance() for _ in range(int(sys.argv[4]))]))
     elif mode == "append":
         topic, partition, n = sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
-        writer = PartitionWriter(PartitionLog(store, topic, partition, snapshot_every=8))
+        writer = PartitionWriter(plog(store, topic, partition, snapshot_every=8))
         epoch = ClusterEpoch(store).current()
         out = []
         for i in range(n):

@@ -31,7 +31,13 @@ def test_a_new_users_session(subprocess_env, store):
     assert "created topic orders with 3 partitions" in ok(env, "topic", "create", "orders", "--partitions", "3")
     listed = json.loads(ok(env, "topic", "list", "--json"))
     assert listed == [
-        {"topic": "orders", "partitions": 3, "created_ms": listed[0]["created_ms"], "id": listed[0]["id"]}
+        {
+            "topic": "orders",
+            "partitions": 3,
+            "created_ms": listed[0]["created_ms"],
+            "id": listed[0]["id"],
+            "state": "live",
+        }
     ]
     assert len(listed[0]["id"]) == 32  # the topic's incarnation
     assert json.loads(ok(env, "epoch", "show", "--json")) == {"epoch": 1}

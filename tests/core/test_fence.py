@@ -10,6 +10,7 @@ import pytest
 from ctp_state import state as sm
 from ctp_state.errors import StaleClusterEpoch
 from ctp_state.fence import EpochFence
+from tests.support import plog
 
 
 def make_fence(window: tuple[int, int] | None) -> tuple[EpochFence, list[sm.PartitionState]]:
@@ -150,13 +151,12 @@ def test_a_restart_collapses_the_window_even_when_entries_follow_the_snapshot(st
     # covers the newest entry or entries are replayed after it.
     from ctp_state.epoch import ClusterEpoch
     from ctp_state.l0 import Record
-    from ctp_state.log import PartitionLog
     from ctp_state.producer import Producer
     from ctp_state.topics import create_topic
 
     create_topic(store, "t", 1)
     ce = ClusterEpoch(store)
-    log = PartitionLog(store, "t", 0, snapshot_every=10_000)
+    log = plog(store, "t", 0, snapshot_every=10_000)
     with Producer(store) as prod:
         e5 = ce.advance()
         assert prod.write([(("t", 0), [Record(b"a")])], epoch=e5)[0].accepted
@@ -164,6 +164,6 @@ def test_a_restart_collapses_the_window_even_when_entries_follow_the_snapshot(st
         e6 = ce.advance()
         assert prod.write([(("t", 0), [Record(b"b")])], epoch=e6)[0].accepted
         assert prod.writer("t", 0).state.window == (e5, e6)  # the live process keeps its window
-    restarted = PartitionLog(store, "t", 0, snapshot_every=10_000).read_state()
+    restarted = plog(store, "t", 0, snapshot_every=10_000).read_state()
     assert restarted.applied_offset == 2 and restarted.max_applied_epoch == e6
     assert restarted.window == (e6, e6)

@@ -20,8 +20,8 @@ from ctp_state.errors import (
     UnsupportedVersion,
 )
 from ctp_state.jsonl import read_records
-from ctp_state.log import PartitionLog
 from ctp_state.topics import create_topic
+from tests.support import plog, space
 
 # --- L0 -----------------------------------------------------------------------------------
 
@@ -159,9 +159,9 @@ def test_a_releasing_entry_is_version_3_and_reads_back_and_its_field_is_checked(
 
 def test_reading_a_log_with_an_unknown_version_entry_stops_at_that_key(store):
     create_topic(store, "t", 1)
-    store.put_if_absent("logs/t/000000/00000000000000000001.json", b'{"v":99,"kind":"init","epoch":1}')
+    store.put_if_absent(f"logs/{space(store)}/000000/00000000000000000001.json", b'{"v":99,"kind":"init","epoch":1}')
     with pytest.raises(UnsupportedVersion) as e:
-        PartitionLog(store, "t", 0).read_state()
+        plog(store, "t", 0).read_state()
     assert "00000000000000000001.json" in str(e.value)
 
 

@@ -13,7 +13,8 @@ from ctp_state.epoch import ClusterEpoch, EpochCache
 from ctp_state.errors import ClaimHeld, TopicExists
 from ctp_state.log import PartitionLog
 from ctp_state.storage import ObjectStore
-from ctp_state.topics import create_topic, list_topics
+from ctp_state.topics import create_topic, get_topic, list_topics
+from tests.support import key_id, plog
 
 
 class CountingStore(ObjectStore):
@@ -64,22 +65,22 @@ def ph(epoch: int, i: int) -> Placeholder:
 
 def test_reading_state_costs_a_snapshot_get_one_list_and_the_tail(store):
     create_topic(store, "t", 1)
-    log = PartitionLog(store, "t", 0, snapshot_every=16)
+    log = plog(store, "t", 0, snapshot_every=16)
     s = log.read_state()
     for i in range(200):
         s = log.append(s, lambda _s, i=i: ph(1, i)).outcome.state
     # Appenders never snapshot (their states hold entries they never read back): the
     # first reader folds all 201 entries from the store and leaves a snapshot.
-    assert PartitionLog(store, "t", 0).read_snapshot().applied_offset == -1
+    assert plog(store, "t", 0).read_snapshot().applied_offset == -1
     first = CountingStore(store)
-    assert PartitionLog(first, "t", 0, snapshot_every=16).read_state() == s
+    assert PartitionLog(first, get_topic(store, "t"), 0, snapshot_every=16).read_state() == s
     assert first.counts == {"get": 1 + 201, "list": 1, "put": 1}
     for i in range(10):  # a tail shorter than snapshot_every
         s = log.append(s, lambda _s, i=i: ph(1, 200 + i)).outcome.state
     counting = CountingStore(store)
-    fresh = PartitionLog(counting, "t", 0, snapshot_every=16).read_state()
+    fresh = PartitionLog(counting, get_topic(store, "t"), 0, snapshot_every=16).read_state()
     assert fresh == s and fresh.applied_offset == 210
-    tail = 210 - PartitionLog(store, "t", 0).read_snapshot().applied_offset
+    tail = 210 - plog(store, "t", 0).read_snapshot().applied_offset
     assert tail == 10
     assert counting.counts == {"get": 1 + tail, "list": 1}  # snapshot + tail entries
 
@@ -115,7 +116,7 @@ def test_partition_inits_carry_the_epoch_current_at_creation(store):
         ce.advance()
     create_topic(store, "t", 3)
     for p in range(3):
-        s = PartitionLog(store, "t", p).read_state()
+        s = plog(store, "t", p).read_state()
         assert (s.max_applied_epoch, s.previous_applied_epoch, s.min_epoch_lower_bound, s.m) == (4, 4, 4, 3)
         assert s.window == (4, 4)
 
@@ -125,10 +126,10 @@ def test_a_crashed_topic_creation_is_finished_by_running_it_again(store):
     store.put_if_absent(layout.topic_meta("t"), b'{"v":1,"name":"t","partitions":3,"created_ms":1}')
     store.put_if_absent(layout.log_entry("t", 0, 0), encode(Init(1)))
     ClusterEpoch(store).advance()
-    assert not PartitionLog(store, "t", 2).read_state().initialized
+    assert not plog(store, "t", 2).read_state().initialized
     create_topic(store, "t", 3)  # resumes
-    assert PartitionLog(store, "t", 0).read_state().max_applied_epoch == 1
-    assert PartitionLog(store, "t", 2).read_state().max_applied_epoch == 2
+    assert plog(store, "t", 0).read_state().max_applied_epoch == 1
+    assert plog(store, "t", 2).read_state().max_applied_epoch == 2
     with pytest.raises(TopicExists):
         create_topic(store, "t", 3)  # complete now: a plain re-create is an error
     with pytest.raises(TopicExists):
@@ -138,10 +139,10 @@ def test_a_crashed_topic_creation_is_finished_by_running_it_again(store):
 
 def test_exclusive_claim_fails_at_once_and_wait_for_exclusive_waits_for_release(store):
     create_topic(store, "t", 1)
-    a = PartitionLog(store, "t", 0)
+    a = plog(store, "t", 0)
     held = a.claim(a.read_state(), "reconciler-a", AccessMode.EXCLUSIVE, lease_ms=60_000)
     assert held.outcome.accepted and held.outcome.state.writer_epoch == 1
-    b = PartitionLog(store, "t", 0)
+    b = plog(store, "t", 0)
     t0 = time.monotonic()
     with pytest.raises(ClaimHeld) as e:
         b.claim(b.read_state(), "reconciler-b", AccessMode.EXCLUSIVE)
@@ -159,7 +160,7 @@ def test_exclusive_claim_fails_at_once_and_wait_for_exclusive_waits_for_release(
 
 def test_wait_for_exclusive_gives_up_after_its_timeout(store):
     create_topic(store, "t", 1)
-    a = PartitionLog(store, "t", 0)
+    a = plog(store, "t", 0)
     a.claim(a.read_state(), "a", AccessMode.EXCLUSIVE, lease_ms=600_000)
     with pytest.raises(ClaimHeld):
         a.claim(a.read_state(), "b", AccessMode.WAIT_FOR_EXCLUSIVE, wait_timeout_s=0.3)
@@ -167,7 +168,7 @@ def test_wait_for_exclusive_gives_up_after_its_timeout(store):
 
 def test_lost_response_retry_does_not_duplicate_the_entry(store):
     create_topic(store, "t", 1)
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     s = log.read_state()
     entry = ph(1, 0)
     store.put_if_absent(log.key(1), encode(entry))  # our PUT landed, its response was lost
@@ -190,11 +191,11 @@ def test_a_reconcile_leaves_a_snapshot_at_the_log_end_of_every_partition_it_clai
     s = run_reconcile(store)
     assert s.partitions_advanced == 4
     for p in range(4):
-        log = PartitionLog(store, "t", p, write_snapshots=False)
+        log = plog(store, "t", p, write_snapshots=False)
         end = max(layout.log_offset_of(o.key, log.prefix) for o in store.list(log.prefix))
         assert end == 2  # init, claim, advance (releasing the claim)
         counting = CountingStore(store)
-        PartitionLog(counting, "t", p, write_snapshots=False).read_state()
+        PartitionLog(counting, get_topic(store, "t"), p, write_snapshots=False).read_state()
         assert log.read_snapshot().applied_offset == end
         assert counting.counts == {"get": 1, "list": 1}  # the snapshot, and a listing with no tail
 
@@ -203,7 +204,7 @@ def _kinds(store, topic: str, p: int) -> list[tuple[str, bool]]:
     """Each entry of a log: its kind, and whether it releases a claim."""
     from ctp_state import entries as en
 
-    log = PartitionLog(store, topic, p, write_snapshots=False)
+    log = plog(store, topic, p, write_snapshots=False)
     return [
         (e.kind, isinstance(e, en.Release) or getattr(e, "release_owner", None) is not None) for _, e in log.entries()
     ]
@@ -233,7 +234,7 @@ def test_a_reconcile_run_releases_each_claim_in_the_partitions_last_entry(store)
     assert _kinds(store, "behind", 0)[2:] == [claim, ("reconcile", False), ("advance", True)]
     assert _kinds(store, "bad", 0)[2:] == [claim, release]
     for t in ("busy", "idle", "behind", "bad"):
-        assert PartitionLog(store, t, 0).read_state().holders == (), t
+        assert plog(store, t, 0).read_state().holders == (), t
     again = run_reconcile(store, topics=["busy"])  # claimable at once, and now behind C
     assert again.partitions_claim_held == 0 and again.partitions_advanced == 1, again
 
@@ -265,7 +266,7 @@ def test_a_reconcile_run_decodes_each_log_entry_once_when_the_tail_is_long(store
     s = run_reconcile(counting, config=ReconcileSettings(threads=2))
     assert s.partitions_reconciled == 2, s
     for topic, tail, twice in (("long", START_SNAPSHOT_TAIL + 5, 0), ("short", 3, 3)):
-        log = PartitionLog(store, topic, 0, write_snapshots=False)
+        log = plog(store, topic, 0, write_snapshots=False)
         end = max(layout.log_offset_of(o.key, log.prefix) for o in store.list(log.prefix))
         assert end >= tail + 1  # init + placeholders, then the claim and the run's commit
         reads = {k: n for k, n in counting.gets.items() if k.startswith(log.prefix)}
@@ -278,4 +279,4 @@ def test_topic_create_reports_progress_as_the_inits_land(store):
     seen: list[tuple[int, int]] = []
     create_topic(store, "big", 1001, on_progress=lambda d, t: seen.append((d, t)))
     assert seen == [(0, 1001), (1000, 1001), (1001, 1001)]
-    assert len(list(store.list(layout.log_prefix("big", 1000)))) == 1  # the last init is there
+    assert len(list(store.list(layout.log_prefix("big", 1000, key_id(store, "big"))))) == 1  # the last init is there

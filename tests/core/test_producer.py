@@ -11,9 +11,9 @@ from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import PartitionNotFound, StaleClusterEpoch, TopicNotFound
 from ctp_state.l0 import Record, decode_chunk, records_of
-from ctp_state.log import PartitionLog
 from ctp_state.producer import PartitionWriter, Producer
 from ctp_state.topics import create_topic
+from tests.support import plog
 
 
 def recs(n: int, tag: str = "v") -> list[Record]:
@@ -45,7 +45,7 @@ def test_flush_writes_one_l0_object_and_one_placeholder_per_partition(store, top
     spread, epoch = layout.parse_l0_key(verdicts[0].l0_key)
     assert epoch == 3 and 0 <= spread < 16
     # The placeholder points at a chunk that decodes back to the records, byte-identical.
-    st = PartitionLog(store, "t", 0).read_state()
+    st = plog(store, "t", 0).read_state()
     (pend,) = st.pending
     data = store.get_range(pend.l0_key, pend.byte_offset, pend.byte_length)
     batch = decode_chunk(data, pend.l0_key, expected_crc=pend.crc32c, expected_records=pend.record_count)
@@ -104,15 +104,15 @@ def test_rapid_transitions_accept_the_last_two_epochs_only(store, topic_at):
         v = late[e]
         assert not v.accepted and isinstance(v.error, StaleClusterEpoch)
         assert v.error.window == (n + 2, n + 3)
-    assert PartitionLog(store, "t", 0).read_state().next_offset == 5
+    assert plog(store, "t", 0).read_state().next_offset == 5
 
 
 def test_failover_writer_with_stale_window_is_rejected_by_the_log(store, topic_at):
     n = 5
     topic_at(n)
-    stale = PartitionWriter(PartitionLog(store, "t", 0))
+    stale = PartitionWriter(plog(store, "t", 0))
     assert stale.state.window == (n, n)  # loaded before the other writer moved on
-    fresh = PartitionWriter(PartitionLog(store, "t", 0))
+    fresh = PartitionWriter(plog(store, "t", 0))
     for e in (n + 1, n + 2):
         assert fresh.append_placeholder(Placeholder(e, layout.l0_key(0, e, "y"), 8, 1, 1, 0))[1].accepted
     # The stale writer's own window still admits N, but the state rebuilt from the log
@@ -152,4 +152,4 @@ def test_a_record_no_reader_could_read_back_is_refused_before_anything_is_writte
     topic_at(1)
     with Producer(store) as p, pytest.raises(InvalidRecord):
         p.write([(("t", 0), [Record(b"fine"), bad])])
-    assert not list(store.list(layout.L0_ROOT)) and PartitionLog(store, "t", 0).read_state().next_offset == 0
+    assert not list(store.list(layout.L0_ROOT)) and plog(store, "t", 0).read_state().next_offset == 0

@@ -12,8 +12,8 @@ import time
 
 from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.log import PartitionLog
 from ctp_state.topics import create_topic
+from tests.support import plog
 
 WORKER = os.path.join(os.path.dirname(__file__), "race_worker.py")
 
@@ -60,7 +60,7 @@ def test_appenders_in_separate_processes_never_lose_or_reorder(store, subprocess
     create_topic(store, "race", 1)
     per, procs = 12, 4
     results = race(subprocess_env, procs, "append", "race", "0", str(per))
-    log = PartitionLog(store, "race", 0)
+    log = plog(store, "race", 0)
     entries = list(log.entries())
     assert [o for o, _ in entries] == list(range(1 + per * procs))  # dense, nothing lost
     by_key = {e.l0_key: o for o, e in entries if isinstance(e, Placeholder)}
@@ -71,11 +71,11 @@ def test_appenders_in_separate_processes_never_lose_or_reorder(store, subprocess
         for j, (offset, base, _) in enumerate(r):
             assert by_key[f"l0/000/{1:018d}/w{i}-{j}.l0"] == offset  # each exactly where it said
             assert base == offset - 1  # one record per placeholder, dense record offsets
-    state = PartitionLog(store, "race", 0, snapshot_every=16).read_state()
+    state = plog(store, "race", 0, snapshot_every=16).read_state()
     assert state.next_offset == per * procs and state.lag_entries == per * procs
     # Appenders never snapshot (their states hold entries they never read back); a
     # reader that folded the raced log from the store does, at its end.
-    assert PartitionLog(store, "race", 0).read_snapshot().applied_offset == per * procs
+    assert plog(store, "race", 0).read_snapshot().applied_offset == per * procs
 
 
 def test_the_races_catch_a_create_if_absent_that_is_a_plain_put(store, subprocess_env):
@@ -90,4 +90,4 @@ def test_the_races_catch_a_create_if_absent_that_is_a_plain_put(store, subproces
     claimed = [o for r in results for o, _, accepted in r if accepted]
     assert len(claimed) == per * procs  # every appender was told "accepted"...
     assert len(set(claimed)) < len(claimed)  # ...for offsets that others were told too
-    assert len(list(PartitionLog(store, "race", 0).entries())) < 1 + per * procs  # entries lost
+    assert len(list(plog(store, "race", 0).entries())) < 1 + per * procs  # entries lost

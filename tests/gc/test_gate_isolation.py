@@ -28,7 +28,6 @@ from ctp_state.errors import ConfigError
 from ctp_state.gc import STATE_SCHEMA, history_table
 from ctp_state.gc.history import GcHistory
 from ctp_state.gc.l1 import L1_CHECK_SCHEMA
-from ctp_state.log import PartitionLog
 from ctp_state.read import committed_l1_keys
 from ctp_state.records import GcRecord
 from ctp_state.settings import GcSettings
@@ -38,6 +37,7 @@ from expectations.job import gc_job, validate_job, write_report
 from tests.conftest import with_this_checkout
 from tests.core.test_cli import CTP, ctp
 from tests.gc.test_gc_run import l0_keys, reconciled
+from tests.support import plog
 
 ROUNDS = 3
 GX_CRASH = "has changed since it has last been saved"
@@ -46,7 +46,7 @@ GX_CRASH = "has changed since it has last been saved"
 def duplicate_an_offset(store: ObjectStore, topic: str = "t", partition: int = 1) -> str:
     """Rewrite a committed L1 file so its last row repeats the previous offset: the
     file keeps its row count, one offset is lost and another is there twice."""
-    key = committed_l1_keys(PartitionLog(store, topic, partition))[0][0]
+    key = committed_l1_keys(plog(store, topic, partition))[0][0]
     table = pq.read_table(io.BytesIO(store.get(key)))
     n = table.num_rows
     damaged = pa.concat_tables([table.slice(0, n - 1), table.slice(n - 2, 1)])

@@ -13,13 +13,12 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import run_gc
 from ctp_state.gc.history import GcHistory
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from expectations.gate import GxGate
 from tests.core.test_cli import ok
 from tests.gc.test_gc_run import reconciled
-from tests.support import corrupt_chunk
+from tests.support import corrupt_chunk, plog
 
 
 @pytest.fixture
@@ -55,7 +54,7 @@ def test_a_healthy_store_never_alerts(store, gate):
 
 def test_a_stuck_claim_raises_the_stall_alert_naming_the_partition(store, gate, subprocess_env, tmp_path):
     reconciled(store)
-    log = PartitionLog(store, "t", 1)
+    log = plog(store, "t", 1)
     log.claim(log.read_state(), "reconciler:dead", AccessMode.EXCLUSIVE, lease_ms=3_600_000)
     recs = [cycle(store, gate) for _ in range(5)]
     assert len({r.m for r in recs}) == 1, [r.m for r in recs]  # t/1 holds M

@@ -19,7 +19,6 @@ from ctp_state.gc import prepare, run_gc
 from ctp_state.gc.history import GcHistory
 from ctp_state.gc.run import GateResult
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys, read_partition
 from ctp_state.reconcile import run_reconcile
@@ -29,7 +28,7 @@ from ctp_state.topics import create_topic
 from expectations.gate import GxGate
 from expectations.job import gc_job
 from tests.core.test_gc import FlakyStore
-from tests.support import assert_exactly_once, produce_rounds
+from tests.support import assert_exactly_once, key_id, plog, produce_rounds, space
 
 
 @pytest.fixture
@@ -216,7 +215,7 @@ def _parquet(table: pa.Table) -> bytes:
 
 def test_a_damaged_l1_file_fails_the_l1_suite(store, gate):
     reconciled(store)
-    key = committed_l1_keys(PartitionLog(store, "t", 1))[0][0]
+    key = committed_l1_keys(plog(store, "t", 1))[0][0]
     import io
 
     import pyarrow.parquet as pq
@@ -270,9 +269,9 @@ def test_m_comes_from_the_logs_and_the_newest_summary_only_annotates(store, gate
 def test_l1_orphans_of_a_crashed_reconciler_are_collected_after_the_grace(store, gate):
     sent = produce_rounds(store, partitions=1, rounds=2, per=10)
     run_reconcile(store)
-    (committed,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
-    superseded = layout.l1_key("t", 0, 0, 9)  # a crashed run's smaller file over the same offsets
-    beyond = layout.l1_key("t", 0, 20, 29)  # a file past the last reconciled offset
+    (committed,), _ = committed_l1_keys(plog(store, "t", 0))
+    superseded = layout.l1_key("t", 0, 0, 9, key_id(store, "t"))  # a crashed run's smaller file over the same offsets
+    beyond = layout.l1_key("t", 0, 20, 29, key_id(store, "t"))  # a file past the last reconciled offset
     store.put(superseded, store.get(committed))
     store.put(beyond, store.get(committed))
     young = run_gc(store, gate=gate)  # default grace: 1 h
@@ -295,10 +294,10 @@ def test_a_young_orphan_inside_a_committed_file_does_not_move_the_watermark_off_
     # and refused the GC cluster-wide, for good.
     sent = produce_rounds(store, partitions=1, rounds=2, per=10)
     run_reconcile(store)
-    (committed,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
+    (committed,), _ = committed_l1_keys(plog(store, "t", 0))
     first, last = gc_l1._range(committed)
     assert last > first
-    orphan = layout.l1_key("t", 0, first + 1, last)  # starts inside the committed file
+    orphan = layout.l1_key("t", 0, first + 1, last, key_id(store, "t"))  # starts inside the committed file
     store.put(orphan, store.get(committed))
     young = run_gc(store, gate=gate)  # default grace: the orphan is young and stays
     assert young.status == "ok" and young.l1_young_skipped == 1
@@ -317,7 +316,7 @@ def test_a_watermark_an_older_version_left_inside_a_committed_file_heals(store):
     # sweep checks that file from its own start, so the gate's I2 row is consistent.
     produce_rounds(store, partitions=1, rounds=2, per=10)
     run_reconcile(store)
-    state = PartitionLog(store, "t", 0).read_state()
+    state = plog(store, "t", 0).read_state()
     (ref,) = state.committed_l1_files()
     assert ref.last > ref.first
     inp = gc_l1.SweepInput(
@@ -343,8 +342,8 @@ def test_an_orphan_written_behind_the_watermark_is_collected_by_the_periodic_ful
     run_reconcile(store)
     first = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
     assert first.l1_full_sweep is True  # no full sweep on record yet
-    late = layout.l1_key("t", 0, 0, 4)  # the lapsed writer's file, behind the watermark
-    (committed,), _ = committed_l1_keys(PartitionLog(store, "t", 0))
+    late = layout.l1_key("t", 0, 0, 4, key_id(store, "t"))  # the lapsed writer's file, behind the watermark
+    (committed,), _ = committed_l1_keys(plog(store, "t", 0))
     store.put(late, store.get(committed))
     sent[0] += produce_rounds(store, partitions=1, rounds=1, per=5, advance=False)[0]  # the log moves
     incremental = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
@@ -630,7 +629,7 @@ def test_a_key_under_l1_that_ctp_never_writes_stops_the_run_and_is_named(store, 
     before first, or not 20 digits) is never collected as an orphan; the run stops
     before any delete and names the key, as for L0."""
     reconciled(store)
-    key = f"l1/t/000000/{name}"
+    key = f"l1/{space(store)}/000000/{name}"
     store.put(key, b"not parquet")
     before = l0_keys(store)
     with pytest.raises(CorruptData, match=re.escape(key)):

@@ -25,6 +25,7 @@ from ctp_state.producer import Producer
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
 from ctp_state.topics import create_topic
+from tests.support import key_id, plog
 
 
 def l0_keys(store) -> set[str]:
@@ -44,7 +45,7 @@ def three_epochs_unreconciled(store) -> PartitionLog:
         for i in range(3):
             assert prod.write([(("t", 0), [Record(f"r{i}".encode())])])[0].accepted
             ce.advance()
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     st = log.read_state()
     assert (st.min_epoch_lower_bound, st.previous_applied_epoch, st.max_applied_epoch) == (1, 2, 3)
     log.write_snapshot(st)
@@ -61,7 +62,9 @@ def test_a_flipped_digit_in_a_snapshot_does_not_make_the_gc_delete_unreconciled_
     three_epochs_unreconciled(store)
     before = l0_keys(store)
     # Lower bound 1 -> 2: still passes every gate rule (lower bound <= previous applied).
-    edit_json(store, layout.snapshot("t", 0), '"min_epoch_lower_bound":1', '"min_epoch_lower_bound":2')
+    edit_json(
+        store, layout.snapshot("t", 0, key_id(store, "t")), '"min_epoch_lower_bound":1', '"min_epoch_lower_bound":2'
+    )
 
     rec = run_gc(store, gate=gate)
     assert rec.m == 0
@@ -74,7 +77,7 @@ def test_a_forged_snapshot_with_a_valid_checksum_fails_its_consistency_check(sto
 
     three_epochs_unreconciled(store)
     before = l0_keys(store)
-    key = layout.snapshot("t", 0)
+    key = layout.snapshot("t", 0, key_id(store, "t"))
     body = codec.unseal(store.get(key), key)
     body["min_epoch_lower_bound"] = 2  # a pending placeholder (epoch 1) is now below it
     store.put(key, codec.seal(body))
@@ -97,9 +100,9 @@ def test_a_json_valid_edit_of_a_pending_entry_is_caught_and_the_gc_deletes_nothi
     with Producer(store, epoch_ttl_s=0) as prod:
         ce.advance()
         assert prod.write([(("t", 0), [Record(f"late-{j}".encode()) for j in range(10)])])[0].accepted
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     last = log.read_state().applied_offset
-    entry_key = layout.log_entry("t", 0, last)
+    entry_key = layout.log_entry("t", 0, last, key_id(store, "t"))
     epoch = json.loads(store.get(entry_key))["epoch"]
     # Epoch 6 -> 2: JSON-valid, and R2 would now reject the entry: ten acknowledged
     # records would vanish from every read.
@@ -131,11 +134,11 @@ def test_a_garbage_entry_covered_by_the_snapshot_does_not_stop_reads(store):
     run_reconcile(store)
     with Producer(store, epoch_ttl_s=0) as prod:
         assert prod.write([(("t", 0), [Record(b"pending")])])[0].accepted
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     log.write_snapshot(log.read_state())
-    store.put(layout.log_entry("t", 0, 1), b"\x00garbage")  # an old placeholder, covered
+    store.put(layout.log_entry("t", 0, 1, key_id(store, "t")), b"\x00garbage")  # an old placeholder, covered
 
-    assert PartitionLog(store, "t", 0).read_state().next_offset == 4  # the state reads
+    assert plog(store, "t", 0).read_state().next_offset == 4  # the state reads
     assert values(store) == [b"r0", b"r1", b"r2", b"pending"]  # and so does `ctp read`
 
 
@@ -148,9 +151,9 @@ def test_a_corrupt_newest_entry_stops_the_gc_even_with_a_fresh_summary(store, ga
     # snapshot, as any covered entry); a write after it is an entry the GC must read.
     with Producer(store, epoch_ttl_s=0) as prod:
         assert prod.write([(("t", 1), [Record(b"after the reconcile")])])[0].accepted
-    end = PartitionLog(store, "t", 1).read_state().applied_offset
-    assert PartitionLog(store, "t", 1).read_snapshot().applied_offset < end
-    newest = layout.log_entry("t", 1, end)
+    end = plog(store, "t", 1).read_state().applied_offset
+    assert plog(store, "t", 1).read_snapshot().applied_offset < end
+    newest = layout.log_entry("t", 1, end, key_id(store, "t"))
     store.put(newest, store.get(newest)[:-7] + b"garbage")
     before = l0_keys(store)
 
@@ -168,11 +171,11 @@ def test_l1_files_are_read_through_the_snapshot_too(store):
     """The committed L1 files come from the state (snapshot + tail), not a replay."""
     one_record_per_epoch(store, 2)
     run_reconcile(store)
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     st = log.read_state()
     log.write_snapshot(st)
     for off in range(st.applied_offset + 1):  # every entry unreadable: only the snapshot is left
-        store.put(layout.log_entry("t", 0, off), b"{}")
+        store.put(layout.log_entry("t", 0, off, key_id(store, "t")), b"{}")
     rows = read_partition(store, "t", 0)
     assert rows.column("value").to_pylist() == [b"r0", b"r1"]
     (key,) = [o.key for o in store.list(layout.L1_ROOT)]

@@ -18,11 +18,11 @@ from ctp_state.entries import Init, Placeholder, encode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import compute_m
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition
 from ctp_state.status import read_states, select_topics
 from ctp_state.topics import create_topic
+from tests.support import key_id, plog
 
 
 def crashed_create(store, name: str, partitions: int, with_init=()) -> None:
@@ -30,7 +30,9 @@ def crashed_create(store, name: str, partitions: int, with_init=()) -> None:
     meta = {"v": 1, "name": name, "partitions": partitions, "created_ms": 0}
     store.put_if_absent(layout.topic_meta(name), json.dumps(meta).encode())
     for p in with_init:
-        store.put_if_absent(layout.log_entry(name, p, 0), encode(Init(ClusterEpoch(store).current())))
+        store.put_if_absent(
+            layout.log_entry(name, p, 0, key_id(store, name)), encode(Init(ClusterEpoch(store).current()))
+        )
 
 
 def m_now(store):
@@ -43,11 +45,11 @@ def test_a_write_before_the_init_entry_writes_nothing_and_creation_finishes(stor
         early, fine = prod.write([(("t", 1), [Record(b"early")]), (("t", 0), [Record(b"fine")])])
     assert fine.accepted and not early.accepted
     assert "not initialized" in str(early.error)
-    assert store.head(layout.log_entry("t", 1, 0)) is None  # offset 0 stays free for the init
+    assert store.head(layout.log_entry("t", 1, 0, key_id(store, "t"))) is None  # offset 0 stays free for the init
     assert m_now(store).m is None  # collection waits for the init, as R4 needs
 
     create_topic(store, "t", 2, exist_ok=True)  # finishing the creation
-    assert PartitionLog(store, "t", 1).read_state().initialized
+    assert plog(store, "t", 1).read_state().initialized
     assert m_now(store).m is not None
     with Producer(store, epoch_ttl_s=0) as prod:
         assert prod.write([(("t", 1), [Record(b"late")])])[0].accepted
@@ -60,8 +62,8 @@ def test_a_log_an_older_ctp_damaged_is_repaired_by_topic_create(store, store_url
     # second one after it; both were (and stay) rejected: the log has no init.
     key = layout.l0_key(0, 1, "old")
     store.put(key, b"whatever")
-    store.put_if_absent(layout.log_entry("t", 1, 0), encode(Placeholder(1, key, 8, 10, 1, 0)))
-    store.put_if_absent(layout.log_entry("t", 1, 1), encode(Placeholder(1, key, 18, 10, 1, 0)))
+    store.put_if_absent(layout.log_entry("t", 1, 0, key_id(store, "t")), encode(Placeholder(1, key, 8, 10, 1, 0)))
+    store.put_if_absent(layout.log_entry("t", 1, 1, key_id(store, "t")), encode(Placeholder(1, key, 18, 10, 1, 0)))
     assert m_now(store).m is None  # every GC is blocked
 
     url, env = store_url
@@ -70,7 +72,7 @@ def test_a_log_an_older_ctp_damaged_is_repaired_by_topic_create(store, store_url
     out = CliRunner().invoke(main, ["topic", "create", "t", "--partitions", "2", "--exist-ok", "--store", url])
     assert out.exit_code == 0, out.output
     assert "repaired t/1" in out.output
-    state = PartitionLog(store, "t", 1).read_state()
+    state = plog(store, "t", 1).read_state()
     assert state.initialized and state.next_offset == 0  # the old, rejected entries stay without effect
     assert m_now(store).m is not None
     with Producer(store, epoch_ttl_s=0) as prod:
@@ -105,7 +107,7 @@ def test_producing_while_a_topic_is_created_never_takes_offset_0(store):
     finally:
         t.join(60)
         stop.set()
-    entry0 = PartitionLog(store, "race", partitions - 1)
+    entry0 = plog(store, "race", partitions - 1)
     first = next(entry0.entries())
     assert isinstance(first[1], Init)
     assert seen and seen[-1] is True
@@ -115,7 +117,7 @@ def test_producing_while_a_topic_is_created_never_takes_offset_0(store):
 def test_racing_repairs_append_one_init(store):
     crashed_create(store, "t", 2, with_init=(0,))
     key = layout.l0_key(0, 1, "old")
-    store.put_if_absent(layout.log_entry("t", 1, 0), encode(Placeholder(1, key, 8, 10, 1, 0)))
+    store.put_if_absent(layout.log_entry("t", 1, 0, key_id(store, "t")), encode(Placeholder(1, key, 8, 10, 1, 0)))
     errors: list[Exception] = []
 
     def repair() -> None:
@@ -130,5 +132,5 @@ def test_racing_repairs_append_one_init(store):
     for t in threads:
         t.join()
     assert not errors
-    inits = [o for o, e in PartitionLog(store, "t", 1).entries() if isinstance(e, Init)]
-    assert len(inits) == 1 and PartitionLog(store, "t", 1).read_state().initialized
+    inits = [o for o, e in plog(store, "t", 1).entries() if isinstance(e, Init)]
+    assert len(inits) == 1 and plog(store, "t", 1).read_state().initialized

@@ -24,14 +24,13 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.l1 import L1File, build_file, encode_parquet
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import build_files_locally, run_reconcile
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from ctp_state.verify import verify_partition
 from tests.attack.helpers import values
-from tests.support import Wrapped
+from tests.support import Wrapped, key_id, plog
 
 
 class HeldL1Puts(Wrapped):
@@ -106,9 +105,9 @@ def test_verify_deep_checks_each_committed_l1_file_against_its_crc32c(store):
     ClusterEpoch(store).advance()
     produce(store)
     run_reconcile(store)
-    state = PartitionLog(store, "t", 0).read_state()
+    state = plog(store, "t", 0).read_state()
     (last,) = state.l1_ends
-    key = layout.l1_key("t", 0, 0, last)
+    key = layout.l1_key("t", 0, 0, last, key_id(store, "t"))
     assert not verify_partition(store, "t", 0, deep=True).findings
     # The same records, encoded otherwise: every page checks out, the offsets are right,
     # but these are not the bytes the commit recorded (ctp read refuses them).
@@ -125,7 +124,7 @@ def test_an_l1_file_left_by_a_crashed_run_is_taken_over_when_it_holds_the_same_r
     create_topic(store, "t", 1)
     ClusterEpoch(store).advance()
     produce(store)
-    pending = tuple(PartitionLog(store, "t", 0).read_state().pending)
+    pending = tuple(plog(store, "t", 0).read_state().pending)
     f = L1File("t", 0, pending)
     first = build_file(store, f, compression="snappy")
     again = build_file(store, f, compression="zstd")

@@ -15,13 +15,12 @@ import threading
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
-from tests.support import Wrapped
+from tests.support import Wrapped, plog
 
 
 class Counting(Wrapped):
@@ -51,7 +50,7 @@ def test_a_lost_l0_object_holds_its_partition_from_its_chunk_on_and_is_not_read_
     with Producer(store, epoch_ttl_s=0) as prod:
         for recs in batches:  # one L0 object per batch
             assert prod.write([(("t", 0), recs)])[0].accepted
-    pending = PartitionLog(store, "t", 0).read_state().pending
+    pending = plog(store, "t", 0).read_state().pending
     lost = pending[3].l0_key
     backup = store.get(lost)
     store.delete_many([lost])  # an operator's mistake, a lifecycle rule, a bad restore
@@ -61,7 +60,7 @@ def test_a_lost_l0_object_holds_its_partition_from_its_chunk_on_and_is_not_read_
     s1 = run_reconcile(first, config=one_per_chunk)
     (p1,) = s1.partitions
     assert p1.status == "quarantined" and p1.key == lost and "not found" in (p1.reason or ""), p1
-    st = PartitionLog(store, "t", 0).read_state()
+    st = plog(store, "t", 0).read_state()
     assert st.last_reconciled_offset == 14  # the three chunks before the lost one are committed
     assert st.pending[0].l0_key == lost and len(st.l1_ends) == 3
 
@@ -71,9 +70,9 @@ def test_a_lost_l0_object_holds_its_partition_from_its_chunk_on_and_is_not_read_
         assert p.status == "quarantined" and p.key == lost and "still missing" in (p.reason or ""), p
         assert "restore it" in (p.reason or "") and "15 records" in (p.reason or "")
     assert later.l0_reads == 0 and later.l1_writes == 0  # nothing re-read, nothing rewritten
-    log_end = PartitionLog(store, "t", 0).read_state().applied_offset
+    log_end = plog(store, "t", 0).read_state().applied_offset
     run_reconcile(store, config=one_per_chunk)
-    assert PartitionLog(store, "t", 0).read_state().applied_offset == log_end  # not even claimed
+    assert plog(store, "t", 0).read_state().applied_offset == log_end  # not even claimed
 
     store.put(lost, backup)  # the operator restores it from a backup: the next run goes on
     (p,) = run_reconcile(store, config=one_per_chunk).partitions

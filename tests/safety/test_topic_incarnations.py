@@ -17,6 +17,7 @@ from ctp_state import codec, layout
 from ctp_state.errors import CorruptData
 from ctp_state.topics import Topic, create_topic, encode_meta, get_topic, list_topics
 from tests.attack.helpers import values
+from tests.support import key_id
 
 
 def remove_by_hand(store, topic: str) -> None:
@@ -116,7 +117,7 @@ def test_a_recreated_topic_does_not_inherit_the_old_ones_l1_watermark(store, gat
     create_topic(store, "t", 1)
     load("new-")
     run_reconcile(store)
-    l1 = layout.l1_key("t", 0, 0, 19)
+    l1 = layout.l1_key("t", 0, 0, 19, key_id(store, "t"))
     data = bytearray(store.get(l1))
     data[len(data) // 2] ^= 0x10  # bit rot in the new incarnation's first file
     store.put(l1, bytes(data))
@@ -139,7 +140,9 @@ def test_a_marker_written_before_ids_vouches_only_for_a_topic_created_before_the
         from ctp_state.entries import Init, encode
         from ctp_state.epoch import ClusterEpoch
 
-        store.put_if_absent(layout.log_entry("t", 0, 0), encode(Init(ClusterEpoch(store).current())))
+        store.put_if_absent(
+            layout.log_entry("t", 0, 0, key_id(store, "t")), encode(Init(ClusterEpoch(store).current()))
+        )
     else:
         create_topic(store, "t", 1)
     path = tmp_path / "in.jsonl"

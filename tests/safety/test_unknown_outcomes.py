@@ -23,6 +23,7 @@ from ctp_state.read import read_partition
 from ctp_state.storage import open_store
 from ctp_state.topics import create_topic
 from tests.safety.conftest import LostResponses
+from tests.support import space
 
 
 def values(store, partition: int) -> list[bytes]:
@@ -31,7 +32,7 @@ def values(store, partition: int) -> list[bytes]:
 
 def test_a_lost_response_is_resolved_by_rewriting_the_same_entry(store):
     create_topic(store, "t", 2)
-    lossy = LostResponses(store, r"^logs/t/000001/", times=1)  # one response lost
+    lossy = LostResponses(store, r"^logs/t/(?:[0-9a-f]{32}/)?000001/", times=1)  # one response lost
     with Producer(lossy, epoch_ttl_s=0) as prod:
         a, b = prod.write([(("t", 0), [Record(b"a")]), (("t", 1), [Record(b"b")])])
     assert lossy.lost and a.accepted and b.accepted and b.base_offset == 0
@@ -40,7 +41,7 @@ def test_a_lost_response_is_resolved_by_rewriting_the_same_entry(store):
 
 def test_an_unresolvable_outcome_is_unknown_and_a_resend_never_duplicates(store):
     create_topic(store, "t", 2)
-    lossy = LostResponses(store, r"^logs/t/000001/", then_unreachable=True)  # t/1's log unreachable
+    lossy = LostResponses(store, r"^logs/t/(?:[0-9a-f]{32}/)?000001/", then_unreachable=True)  # t/1's log unreachable
     records = [Record(f"b{i}".encode()) for i in range(5)]
     with Producer(lossy, epoch_ttl_s=0, producer_id="p-1") as prod:
         a, b = prod.write([(("t", 0), [Record(b"a")]), (("t", 1), records)])
@@ -91,7 +92,7 @@ def test_ctp_produce_reports_unknown_and_running_it_again_stores_each_record_onc
         url,
         env,
         monkeypatch,
-        wrap=lambda s: LostResponses(s, r"^logs/t/000001/", then_unreachable=True),
+        wrap=lambda s: LostResponses(s, r"^logs/t/(?:[0-9a-f]{32}/)?000001/", then_unreachable=True),
     )
     second = run_produce([str(path), "--batch-records", str(batch)], url, env, monkeypatch)
     for p in (0, 1):  # each record exactly once, in order
@@ -130,7 +131,7 @@ def test_over_the_wire_a_lost_response_resolves_to_accepted(s3_server, fault_pro
     url = s3_server.url()
     store = open_store(url, s3_server.env)
     create_topic(store, "t", 2)
-    fault_proxy.add_rule("reset_after", method="PUT", key_regex=r"logs/t/000001/", times=1)
+    fault_proxy.add_rule("reset_after", method="PUT", key_regex=f"logs/{space(store)}/000001/", times=1)
     lossy = open_store(url, {**fault_env, "CTP_S3_MAX_ATTEMPTS": "1"})
     with Producer(lossy, epoch_ttl_s=0) as prod:
         a, b = prod.write([(("t", 0), [Record(b"a")]), (("t", 1), [Record(b"b")])])
@@ -149,7 +150,7 @@ def test_ctp_produce_over_a_connection_that_drops_after_each_write(s3_server, fa
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps({"topic": "t", "partition": i % 2, "value": f"v{i}"}) + "\n" for i in range(12)))
     # Every state-log PUT of t/1 reaches the server, then the connection drops.
-    fault_proxy.add_rule("reset_after", method="PUT", key_regex=r"logs/t/000001/")
+    fault_proxy.add_rule("reset_after", method="PUT", key_regex=f"logs/{space(store)}/000001/")
     cmd = ["ctp", "produce", str(path), "--batch-records", "4", "--store", url, "--json"]
     first = subprocess.run(
         cmd, env={**os.environ, **fault_env, "CTP_S3_MAX_ATTEMPTS": "2"}, capture_output=True, text=True, timeout=300
@@ -171,7 +172,7 @@ def test_after_an_unknown_outcome_that_landed_the_producer_moves_on(store):
     records under the same numbers: they are refused (not written), and the producer
     continues after what the log holds, so its next batch is written."""
     create_topic(store, "t", 1)
-    lossy = LostResponses(store, r"^logs/t/000000/", times=None, then_unreachable=True)
+    lossy = LostResponses(store, r"^logs/t/(?:[0-9a-f]{32}/)?000000/", times=None, then_unreachable=True)
     with Producer(lossy, epoch_ttl_s=0, producer_id="p-3") as prod:
         assert prod.write([(("t", 0), [Record(b"landed")])])[0].outcome == "unknown"
         prod.store = store  # the network comes back (same writers, same sequence numbers)

@@ -12,12 +12,12 @@ from ctp_state.cli import main
 from ctp_state.entries import Placeholder, encode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from ctp_state.topics import create_topic
 from ctp_state.verify import verify
 from tests.safety.test_init_entry import crashed_create
+from tests.support import key_id, plog
 
 
 def populated(store) -> None:
@@ -34,7 +34,7 @@ def populated(store) -> None:
         for v in prod.write([(("t", p), [Record(b"pending")]) for p in range(2)]):
             assert v.accepted
     for p in range(2):
-        log = PartitionLog(store, "t", p)
+        log = plog(store, "t", p)
         log.write_snapshot(log.read_state())
 
 
@@ -55,13 +55,13 @@ def test_a_healthy_store_verifies_clean(store):
 
 def test_every_kind_of_damage_is_reported_and_nothing_is_changed(store):
     populated(store)
-    s0, s1 = PartitionLog(store, "t", 0).read_state(), PartitionLog(store, "t", 1).read_state()
+    s0, s1 = plog(store, "t", 0).read_state(), plog(store, "t", 1).read_state()
     # t/0: an entry the snapshot covers goes bad, and a pending chunk's L0 object is lost.
-    covered = layout.log_entry("t", 0, 2)
+    covered = layout.log_entry("t", 0, 2, key_id(store, "t"))
     store.put(covered, store.get(covered).replace(b'"epoch":', b'"epoch":1', 1))
     store.delete_many([s0.pending[0].l0_key])
     # t/1: the snapshot's lower bound flipped; a committed L1 file is lost.
-    snap1 = layout.snapshot("t", 1)
+    snap1 = layout.snapshot("t", 1, key_id(store, "t"))
     store.put(snap1, store.get(snap1).replace(b'"min_epoch_lower_bound":', b'"min_epoch_lower_bound":9', 1))
     (l1,) = s1.committed_l1_keys()
     store.delete_many([l1])
@@ -83,7 +83,7 @@ def test_every_kind_of_damage_is_reported_and_nothing_is_changed(store):
 
 def test_a_snapshot_that_disagrees_with_its_log_is_reported(store):
     populated(store)
-    key = layout.snapshot("t", 0)
+    key = layout.snapshot("t", 0, key_id(store, "t"))
     body = codec.unseal(store.get(key), key)
     body["writer_epoch"] += 5  # checksum and self-consistency still hold
     store.put(key, codec.seal(body))
@@ -96,7 +96,7 @@ def test_offset_0_damage_is_a_warning_once_repaired_and_an_error_before(store):
     crashed_create(store, "t", 2, with_init=(0,))
     key = layout.l0_key(0, 1, "old")
     store.put(key, b"x" * 20)
-    store.put_if_absent(layout.log_entry("t", 1, 0), encode(Placeholder(1, key, 8, 10, 1, 0)))
+    store.put_if_absent(layout.log_entry("t", 1, 0, key_id(store, "t")), encode(Placeholder(1, key, 8, 10, 1, 0)))
     report = verify(store)
     assert ("t/1", None) in errors(report) and "no init entry" in report.errors[0].what
     create_topic(store, "t", 2, exist_ok=True)
@@ -108,7 +108,8 @@ def test_offset_0_damage_is_a_warning_once_repaired_and_an_error_before(store):
 def test_version_1_entries_are_counted_as_unchecked(store):
     create_topic(store, "t", 1)
     store.put_if_absent(
-        layout.log_entry("t", 0, 1), json.dumps({"v": 1, "kind": "advance", "epoch": 1, "writer_epoch": 1}).encode()
+        layout.log_entry("t", 0, 1, key_id(store, "t")),
+        json.dumps({"v": 1, "kind": "advance", "epoch": 1, "writer_epoch": 1}).encode(),
     )
     report = verify(store)
     assert report.partitions[0].unchecksummed == 1
@@ -123,7 +124,7 @@ def test_ctp_verify_prints_findings_and_exits_1_on_errors(store, store_url, monk
     ok = CliRunner().invoke(main, ["verify", "--store", url])
     assert ok.exit_code == 0, ok.output
     assert "checked 2 partitions" in ok.output and "0 errors" in ok.output
-    store.delete_many([PartitionLog(store, "t", 1).read_state().committed_l1_keys()[0]])
+    store.delete_many([plog(store, "t", 1).read_state().committed_l1_keys()[0]])
     bad = CliRunner().invoke(main, ["verify", "--store", url, "--json"])
     assert bad.exit_code == 1
     out = json.loads(bad.output[: bad.output.rindex("}") + 1])
@@ -139,7 +140,7 @@ def test_ctp_gc_verify_stops_before_any_delete(store, store_url, monkeypatch, tm
     for _ in range(3):
         ClusterEpoch(store).advance()
     run_reconcile(store)
-    store.delete_many([PartitionLog(store, "t", 0).read_state().committed_l1_keys()[0]])
+    store.delete_many([plog(store, "t", 0).read_state().committed_l1_keys()[0]])
     before = {o.key for o in store.list(layout.L0_ROOT)}
     out = CliRunner().invoke(main, ["gc", "--verify", "--store", url, "--report-dir", str(tmp_path / "r")])
     assert out.exit_code == 1 and "verify found 1 problem(s), nothing deleted" in out.output

@@ -48,6 +48,7 @@ from tests.sim.model import (
     records,
     to_jsonl,
 )
+from tests.support import plog
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOOKS_DIR = os.path.join(REPO, "tests", "hooks")  # crash points and planted bugs (sitecustomize)
@@ -288,7 +289,9 @@ class Sim:
                 self.actors[name] = OneShotActor(self, name)
         self.cli_done: dict[int, bool] = {}  # CLI input (batch) -> some run of it exited 0
         self.cli_parts: dict[int, list[list[int]]] = {}
-        self.acked: dict[int, set[tuple[int, int, int]]] = {}  # read step -> records acknowledged before it
+        # read step -> records acknowledged before it, as (incarnation, batch, partition, j)
+        self.acked: dict[int, set[tuple[str | None, int, int, int]]] = {}
+        self.read_incarnation: dict[int, str | None] = {}  # ctp read step -> the incarnation before it
         self.quiesce_log: list[dict[str, Any]] = []
 
     # --- bookkeeping (called from actor threads) -------------------------------------------
@@ -336,20 +339,36 @@ class Sim:
         elif step.op in ("produce_cli", "rerun_cli"):
             self._cli_told(step, reply, rc)
         elif step.op == "read" and reply and "rows" in reply:
-            rows = [(o, _u(v), _u(k), ts, tuple((h, _u(hv)) for h, hv in hs)) for o, v, k, ts, hs in reply["rows"]]
-            for v in check_read(
-                led, step.args["partition"], rows, final=False, acknowledged_before=self.acked.pop(step.n, None)
-            ):
-                rep.violations.append(f"step {step.n} (read): {v}")
+            # A read that a delete or re-create overlapped is of no one incarnation: not checked.
+            inc = reply.get("incarnation")
+            if inc is not None:
+                rows = [(o, _u(v), _u(k), ts, tuple((h, _u(hv)) for h, hv in hs)) for o, v, k, ts, hs in reply["rows"]]
+                for v in check_read(
+                    led,
+                    step.args["partition"],
+                    rows,
+                    final=False,
+                    acknowledged_before=self._acked(step.n, inc),
+                    incarnation=inc,
+                ):
+                    rep.violations.append(f"step {step.n} (read): {v}")
         elif step.op == "read_cli" and not died and reply is not None:
-            if rc == 0:
+            inc = self.read_incarnation.pop(step.n, None)
+            if rc == 0 and inc is not None and inc == self._incarnation():
                 rows = [_cli_row(json.loads(x)) for x in reply["stdout"].splitlines() if x.strip()]
                 for v in check_read(
-                    led, step.args["partition"], rows, final=False, acknowledged_before=self.acked.pop(step.n, None)
+                    led,
+                    step.args["partition"],
+                    rows,
+                    final=False,
+                    acknowledged_before=self._acked(step.n, inc),
+                    incarnation=inc,
                 ):
                     rep.violations.append(f"step {step.n} (ctp read): {v}")
-            else:
+            elif rc != 0:
                 rep.errors[step.op] += 1
+        elif step.op in ("delete_cli", "create_cli") and rc not in (0, None) and not died:
+            rep.errors[step.op] += 1
         elif step.op == "gc" and reply and "gate_failed" in reply:
             rep.violations.append(
                 f"step {step.n} (gc): the gate refused a store nothing corrupted: {reply['gate_failed']}"
@@ -367,7 +386,11 @@ class Sim:
         total = sum(n for _, n in parts)
         if rc == 0:
             self.cli_done[batch] = True
-            answer = {"outcome": "accepted", "via": "ctp produce exit 0"}
+            answer = {
+                "outcome": "accepted",
+                "via": "ctp produce exit 0",
+                "incarnation": (summary.get("topics") or {}).get(TOPIC),
+            }
         elif (
             summary
             and not (summary.get("accepted") or summary.get("duplicates") or summary.get("unknown"))
@@ -393,6 +416,10 @@ class Sim:
             return ctp + ["epoch", "advance"], None
         if step.op == "read_cli":
             return ctp + ["read", TOPIC, str(step.args["partition"])], None
+        if step.op == "delete_cli":
+            return ctp + ["topic", "delete", TOPIC, "--json"], None
+        if step.op == "create_cli":
+            return ctp + ["topic", "create", TOPIC, "--partitions", str(self.partitions), "--exist-ok", "--json"], None
         if step.op == "reconcile_spark":
             exe = shutil.which("spark-submit") or os.path.join(os.path.dirname(sys.executable), "spark-submit")
             return [
@@ -429,7 +456,11 @@ class Sim:
             with open(os.path.join(self.workdir, f"input-{batch}.jsonl"), "w") as f:
                 f.write(text)
         elif step.op in ("read", "read_cli"):
-            self.acked[step.n] = {(c.batch, c.partition, j) for c in self.ledger.chunks.values() for j in c.offsets}
+            self.acked[step.n] = {
+                (inc, c.batch, c.partition, j) for c in self.ledger.chunks.values() for inc, j in c.offsets
+            }
+            if step.op == "read_cli":
+                self.read_incarnation[step.n] = self._incarnation()
 
     def run_step(self, step: Step) -> None:
         actor = self.actors[step.actor]
@@ -460,12 +491,8 @@ class Sim:
 
     def run(self, steps: list[Step], *, replay_path: str | None = None) -> SimReport:
         started = time.monotonic()
-        create_topic(
-            self.store,
-            TOPIC,
-            max(max((p for s in steps for p, _ in s.args.get("parts", [])), default=0) + 1, 3),
-            exist_ok=True,
-        )
+        self.partitions = max(max((p for s in steps for p, _ in s.args.get("parts", [])), default=0) + 1, 3)
+        create_topic(self.store, TOPIC, self.partitions, exist_ok=True)
         try:
             for step in steps:
                 self.run_step(step)
@@ -518,6 +545,7 @@ class Sim:
     def quiesce(self, rounds: int = 8) -> None:
         """Settle what producers were left unsure of, then advance + reconcile + GC until
         nothing is pending and no L0 object is left."""
+        self._do("cli", "create_cli")  # a topic left deleted gets a live incarnation to check
         for name in PRODUCERS:
             self._do(name, "resend")
         for batch in sorted(self.cli_parts):
@@ -529,22 +557,52 @@ class Sim:
             # claim_wait_s: a claim a killed reconciler left is waited out (leases are short here)
             self._do("reconciler0", "reconcile", lease_ms=60_000, target_file_bytes=1 << 20, claim_wait_s=15.0)
             self._do("gc", "gc", l1_grace_s=0.0, max_deletes=None, full=True)
-            if not self._pending() and not list(self.store.list(layout.L0_ROOT)) and not self._l1_orphans():
+            if (
+                not self._pending()
+                and not list(self.store.list(layout.L0_ROOT))
+                and not self._l1_orphans()
+                and not self._deleted_left()
+            ):
                 return
             time.sleep(1.0)
         self.violation(
             f"the store did not quiesce in {rounds} rounds: pending {self._pending()}, "
-            f"{len(list(self.store.list(layout.L0_ROOT)))} L0 objects, L1 orphans {self._l1_orphans()[:5]}; "
+            f"{len(list(self.store.list(layout.L0_ROOT)))} L0 objects, L1 orphans {self._l1_orphans()[:5]}, "
+            f"deleted topic state {self._deleted_left()[:5]}; "
             f"last steps: {json.dumps(self.quiesce_log[-3:])[:1500]}"
         )
 
+    def _incarnation(self) -> str | None:
+        """The live incarnation's id (None while the topic is deleted)."""
+        from ctp_state.errors import TopicNotFound
+        from ctp_state.topics import get_topic
+
+        try:
+            return get_topic(self.store, TOPIC).id
+        except TopicNotFound:
+            return None
+
+    def _acked(self, n: int, incarnation: str) -> set[tuple[int, int, int]]:
+        return {(b, p, j) for inc, b, p, j in self.acked.pop(n, set()) if inc == incarnation}
+
+    def _deleted_left(self) -> list[str]:
+        """Deleted incarnations still listed as deleting, and keys left in a removed one's space."""
+        from ctp_state.deletion import REMOVAL_ORDER, state_keys
+        from ctp_state.incarnations import read_name
+
+        st = read_name(self.store, TOPIC)
+        out = [f"incarnation {t.incarnation} still deleting" for t, _ in st.deleting]
+        for t in st.removed:
+            for root in REMOVAL_ORDER:
+                out += [f"{i.key} (of removed incarnation {t.incarnation})" for i in state_keys(self.store, t, root)]
+        return out
+
     def _pending(self) -> dict[int, int | str]:
-        from ctp_state.log import PartitionLog
 
         out = {}
         for p in range(self._partitions()):
             try:
-                st = PartitionLog(self.store, TOPIC, p).read_state()
+                st = plog(self.store, TOPIC, p).read_state()
             except CtpError as e:
                 out[p] = f"unreadable: {e}"
                 continue
@@ -558,16 +616,17 @@ class Sim:
         return get_topic(self.store, TOPIC).partitions
 
     def _l1_orphans(self) -> list[str]:
-        from ctp_state.log import PartitionLog
+        from ctp_state.topics import get_topic
 
         out = []
         for p in range(self._partitions()):
             try:
-                committed = set(PartitionLog(self.store, TOPIC, p).read_state().committed_l1_keys())
+                committed = set(plog(self.store, TOPIC, p).read_state().committed_l1_keys())
             except CtpError as e:
                 out.append(f"p{p}: state unreadable: {e}")
                 continue
-            out += [i.key for i in self.store.list(f"{layout.L1_ROOT}{TOPIC}/{p:06d}/") if i.key not in committed]
+            prefix = layout.l1_partition_prefix(TOPIC, p, get_topic(self.store, TOPIC).key_id)
+            out += [i.key for i in self.store.list(prefix) if i.key not in committed]
         return out
 
     def check(self) -> None:
@@ -575,7 +634,6 @@ class Sim:
         offsets contiguous; no rejected record readable; an unknown one at most once; M
         never decreased; every state log dense and decodable (``verify --deep``); no
         pending placeholder at or below M, nor one whose L0 object is gone; no orphan."""
-        from ctp_state.log import PartitionLog
         from ctp_state.read import read_partition
         from ctp_state.verify import verify
 
@@ -586,7 +644,7 @@ class Sim:
                 self.violation(f"p{p}: read fails after quiesce: {type(e).__name__}: {e}")
                 continue
             rows = _table_rows(table)
-            for v in check_read(self.ledger, p, rows, final=True):
+            for v in check_read(self.ledger, p, rows, final=True, incarnation=self._incarnation()):
                 self.violation(f"final: {v}")
         history = list(GcHistory(self.store).records())
         for v in check_history_monotonic(history):
@@ -598,7 +656,7 @@ class Sim:
         m = max(passed, default=None)
         for p in range(self._partitions()):
             try:
-                st = PartitionLog(self.store, TOPIC, p).read_state()
+                st = plog(self.store, TOPIC, p).read_state()
             except CtpError as e:
                 self.violation(f"p{p}: state does not read after quiesce: {e}")
                 continue
@@ -614,6 +672,8 @@ class Sim:
             self.violation(f"{len(left)} L0 objects left after quiesce (first {left[0]})")
         for key in self._l1_orphans():
             self.violation(f"L1 orphan left after quiesce: {key}")
+        for what in self._deleted_left():
+            self.violation(f"deleted topic state left after quiesce: {what}")
         if isinstance(self.store, LocalStore):
             tmp = os.path.join(self.store.root, ".ctp-tmp")
             leftovers = os.listdir(tmp) if os.path.isdir(tmp) else []

@@ -26,7 +26,11 @@ TOPIC = "sim"
 CRASH_POINTS = {
     "reconcile": ("after_claim", "after_l1_write", "before_commit", "after_commit"),
     "gc": ("gc_after_delete_batch", "gc_before_record"),
+    "delete_cli": ("delete_after_tombstone", "delete_after_seal"),
 }
+#: Crash points only a GC that removes a deleted incarnation reaches: drawn at random
+#: (a GC step may have nothing to remove, so they cannot be promised).
+REMOVAL_CRASH_POINTS = ("gc_remove_after_l1", "gc_remove_after_snapshots", "gc_remove_after_logs")
 #: Fault kinds of the S3 proxy (tests/s3_fault_proxy.py), each in every S3 run's mix.
 FAULT_KINDS = (
     "slowdown_503",
@@ -50,7 +54,7 @@ ACTORS = PRODUCERS + ("cli", "advancer", "reconciler0", "reconciler1", "spark", 
 class Step:
     n: int
     actor: str
-    op: str  # produce | resend | produce_cli | rerun_cli | advance | reconcile | gc | read
+    op: str  # produce | resend | produce_cli | rerun_cli | advance | reconcile | gc | read | delete_cli | create_cli
     args: dict[str, Any] = field(default_factory=dict)
     kill_after_ms: int | None = None  # SIGKILL the actor's process group this long after the start
     crash: str | None = None  # CTP_FAULT for this step ("point" or "point:n")
@@ -58,7 +62,10 @@ class Step:
     gap_ms: int = 0  # wait this long before the next step starts (steps overlap)
 
     def to_json(self) -> str:
-        return json.dumps({k: v for k, v in asdict(self).items() if v not in (None, {}, 0) or k == "n"})
+        # kill_after_ms 0 is a kill at once, not "no kill": only None and empty values go
+        return json.dumps(
+            {k: v for k, v in asdict(self).items() if k == "n" or (v is not None and v != {} and (v or k != "gap_ms"))}
+        )
 
     @classmethod
     def from_json(cls, line: str) -> Step:
@@ -88,6 +95,11 @@ def schedule(seed: int, p: Params) -> list[Step]:
     rng.shuffle(crash_due)
     rng.shuffle(faults_due)
     spark_at = set(rng.sample(range(p.steps // 4, p.steps), min(p.spark, p.steps - p.steps // 4)))
+    # Two topic deletes in every run long enough (each with one of its crash points), on
+    # top of the drawn ones; a ``create_cli`` follows each within a few steps.
+    free = [n for n in range(p.steps // 4, p.steps - 4) if n not in spark_at]
+    delete_at = set(rng.sample(free, 2)) if p.steps >= 40 else set()
+    create_at = {n + rng.randint(1, 4) for n in delete_at} - spark_at - delete_at
     weights = {
         "produce": 30,
         "resend": 4,
@@ -98,10 +110,20 @@ def schedule(seed: int, p: Params) -> list[Step]:
         "gc": 10,
         "read": 6,
         "read_cli": 2,
+        "delete_cli": 1.5,  # ctp topic delete (the GC removes the incarnation later)
+        "create_cli": 2.5,  # ctp topic create --exist-ok: a new incarnation after a delete
     }
     ops, w = zip(*weights.items())
     for n in range(p.steps):
-        op = "spark" if n in spark_at else rng.choices(ops, w)[0]
+        op = (
+            "spark"
+            if n in spark_at
+            else "delete_cli"
+            if n in delete_at
+            else "create_cli"
+            if n in create_at
+            else rng.choices(ops, w)[0]
+        )
         if op == "resend" and not any(produced.values()):
             op = "produce"
         if op == "rerun_cli" and not cli_files:
@@ -154,15 +176,19 @@ def schedule(seed: int, p: Params) -> list[Step]:
         elif op == "read_cli":
             step.actor, step.op = "cli_reader", "read_cli"
             step.args = {"partition": rng.randrange(p.partitions)}
+        elif op in ("delete_cli", "create_cli"):
+            step.actor = "cli"
         # Kills and crash points: at random moments, and each named point at least once.
         group = "reconcile" if step.op in ("reconcile", "reconcile_spark") else step.op
         due = next((i for i, (a, _) in enumerate(crash_due) if a == group), None)
         if group == "gc" and n < p.steps // 2:
             due = None  # a GC deletes something only once epochs moved and data was reconciled
-        if due is not None and rng.random() < 0.5:
+        if due is not None and (rng.random() < 0.5 or n in delete_at):
             step.crash = _crash_spec(crash_due.pop(due)[1], rng)
         elif group in CRASH_POINTS and rng.random() < 0.08:
             step.crash = _crash_spec(rng.choice(CRASH_POINTS[group]), rng)
+        elif group == "gc" and rng.random() < 0.1:
+            step.crash = rng.choice(REMOVAL_CRASH_POINTS)
         elif op not in ("read", "read_cli") and rng.random() < p.kill_rate:
             step.kill_after_ms = rng.choice((0, 5, 20, 50, 100, 250, 600, 1200))
         if p.s3 and (faults_due or rng.random() < p.fault_rate):
@@ -183,7 +209,7 @@ def schedule(seed: int, p: Params) -> list[Step]:
 
 def _crash_spec(point: str, rng: random.Random) -> str:
     """``point`` or ``point:n``: per-item points die at item 0 or 1 (file, batch)."""
-    if point in ("after_claim", "before_commit"):
+    if point in ("after_claim", "before_commit", "delete_after_tombstone"):
         return point
     return f"{point}:0" if point == "gc_after_delete_batch" else f"{point}:{rng.randint(0, 1)}"
 
@@ -242,20 +268,29 @@ class Chunk:
     partition: int
     records: list[Record]
     told: list[dict[str, Any]] = field(default_factory=list)  # every answer a producer got
-    offsets: dict[int, int] = field(default_factory=dict)  # record index -> acknowledged offset
+    #: (incarnation, record index) -> acknowledged offset
+    offsets: dict[tuple[str | None, int], int] = field(default_factory=dict)
 
-    def status(self, j: int) -> str:
-        """What the producers were told of record ``j``, all sends together: ``accepted``
-        (exactly once), ``unknown`` (at most once) or ``rejected`` (never)."""
+    def status(self, j: int, incarnation: str | None = None) -> str:
+        """What the producers were told of record ``j`` in topic incarnation
+        ``incarnation``, all sends together: ``accepted`` (exactly once), ``unknown`` (at
+        most once) or ``rejected`` (never there). An answer names the incarnation it was
+        about; one that cannot (the producer died) is unknown for every incarnation, and
+        a record acknowledged in another incarnation is never in this one (it went with
+        that one's delete)."""
         outcomes = []
         for t in self.told:
+            if t.get("incarnation") not in (incarnation, None):
+                continue
             o = t["outcome"]
             if o == "partial":
                 o = "accepted" if j < t.get("already_written", 0) else "rejected"
+            if o in ("accepted", "duplicate") and t.get("incarnation") is None and incarnation is not None:
+                o = "unknown"  # acknowledged, but into which incarnation nobody said
             outcomes.append(o)
         if any(o in ("accepted", "duplicate") for o in outcomes):
             return "accepted"
-        if any(o == "unknown" for o in outcomes) or not outcomes:
+        if any(o == "unknown" for o in outcomes) or not self.told:
             return "unknown"
         return "rejected"
 
@@ -281,13 +316,20 @@ class Ledger:
         c.told.append(answer)
         if answer["outcome"] == "accepted" and answer.get("base_offset") is not None:
             for j in range(len(c.records)):
-                c.offsets[j] = answer["base_offset"] + j
+                c.offsets[(answer.get("incarnation"), j)] = answer["base_offset"] + j
 
     def unknown(self, batch: int, partition: int, why: str) -> None:
         self.chunks[(batch, partition)].told.append({"outcome": "unknown", "why": why})
 
     def counts(self) -> Counter[str]:
-        return Counter(c.status(j) for c in self.chunks.values() for j in range(len(c.records)))
+        """Records by what their producers were told (in any incarnation)."""
+        out: Counter[str] = Counter()
+        for c in self.chunks.values():
+            incs = {t.get("incarnation") for t in c.told} or {None}
+            for j in range(len(c.records)):
+                st = {c.status(j, i) for i in incs}
+                out["accepted" if "accepted" in st else "unknown" if "unknown" in st else "rejected"] += 1
+        return out
 
 
 # --- checks ------------------------------------------------------------------------------------
@@ -302,10 +344,12 @@ def check_read(
     *,
     final: bool,
     acknowledged_before: set[tuple[int, int, int]] | None = None,
+    incarnation: str | None = None,
 ) -> list[str]:
-    """Violations in one partition's records read from offset 0. ``final``: after quiesce,
-    when every accepted record must be there. Mid-run, ``acknowledged_before`` lists the
-    (batch, partition, j) acknowledged with an offset before the read started."""
+    """Violations in one partition's records of topic incarnation ``incarnation``, read
+    from offset 0. ``final``: after quiesce, when every accepted record must be there.
+    Mid-run, ``acknowledged_before`` lists the (batch, partition, j) acknowledged in this
+    incarnation with an offset before the read started."""
     out: list[str] = []
     offsets = [r[0] for r in rows]
     if offsets != list(range(len(rows))):
@@ -327,7 +371,7 @@ def check_read(
             out.append(f"p{partition}@{off}: record {rid} belongs to partition {chunk.partition}")
         if (value, key, ts, headers) != row_of(chunk.records[j]):
             out.append(f"p{partition}@{off}: record {rid} is not byte-identical to what was sent")
-        want = chunk.offsets.get(j)
+        want = chunk.offsets.get((incarnation, j))
         if want is not None and want != off:
             out.append(f"p{partition}@{off}: record {rid} was acknowledged at offset {want}")
     for rid, n in seen.items():
@@ -338,11 +382,12 @@ def check_read(
             continue
         for j, r in enumerate(c.records):
             rid = record_id(r.value)
-            st = c.status(j)
+            st = c.status(j, incarnation)
+            at_off = c.offsets.get((incarnation, j))
             if final and st == "accepted" and not seen[rid]:
                 out.append(
                     f"p{partition}: accepted record {rid} is not readable"
-                    + (f" (acknowledged at offset {c.offsets[j]})" if j in c.offsets else "")
+                    + (f" (acknowledged at offset {at_off})" if at_off is not None else "")
                 )
             if final and st == "rejected" and seen[rid]:
                 out.append(f"p{partition}: rejected record {rid} is readable (told {c.told})")
@@ -350,11 +395,10 @@ def check_read(
                 acknowledged_before
                 and (c.batch, partition, j) in acknowledged_before
                 and not seen[rid]
-                and c.offsets.get(j, len(rows)) < len(rows)
+                and c.offsets.get((incarnation, j), len(rows)) < len(rows)
             ):
                 out.append(
-                    f"p{partition}: record {rid} acknowledged at offset {c.offsets[j]} before the read "
-                    "is missing from it"
+                    f"p{partition}: record {rid} acknowledged at offset {at_off} before the read is missing from it"
                 )
     return out
 

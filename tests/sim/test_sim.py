@@ -21,6 +21,7 @@ from tests.sim.driver import run_sim
 from tests.sim.model import (
     CRASH_POINTS,
     FAULT_KINDS,
+    REMOVAL_CRASH_POINTS,
     Ledger,
     Params,
     Step,
@@ -105,10 +106,20 @@ def test_a_seed_gives_one_schedule_that_round_trips_and_holds_every_crash_point_
     assert [Step.from_json(s.to_json()) for s in a] == a
     assert schedule(12, Params(steps=80)) != schedule(11, Params(steps=80))
     crashes = {s.crash.split(":")[0] for s in a if s.crash}
-    assert crashes == {c for cs in CRASH_POINTS.values() for c in cs}
+    promised = {c for cs in CRASH_POINTS.values() for c in cs}
+    assert promised <= crashes <= promised | set(REMOVAL_CRASH_POINTS)
     assert {s.fault["kind"] for s in a if s.fault} == set(FAULT_KINDS)
     assert sum(1 for s in a if s.op == "reconcile_spark") == 1
-    assert {s.op for s in a} >= {"produce", "produce_cli", "advance", "reconcile", "gc", "read"}
+    assert {s.op for s in a} >= {
+        "produce",
+        "produce_cli",
+        "advance",
+        "reconcile",
+        "gc",
+        "read",
+        "delete_cli",
+        "create_cli",
+    }
 
 
 def _ledger_with(outcome: str, n: int = 3) -> tuple[Ledger, list[Record]]:
@@ -165,4 +176,6 @@ def test_the_history_check_finds_a_decreasing_m_but_not_a_superseded_run():
 def test_the_model_schedules_every_crash_point_the_product_marks():
     from ctp_state import crashpoints
 
-    assert sorted(p for ps in CRASH_POINTS.values() for p in ps) == sorted(crashpoints.POINTS)
+    assert sorted([p for ps in CRASH_POINTS.values() for p in ps] + list(REMOVAL_CRASH_POINTS)) == sorted(
+        crashpoints.POINTS
+    )

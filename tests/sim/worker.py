@@ -22,7 +22,7 @@ import sys
 import traceback
 from typing import Any
 
-from ctp_state.errors import CtpError, GateFailed
+from ctp_state.errors import CtpError, GateFailed, TopicNotFound
 from ctp_state.storage import open_store
 from tests.sim.model import TOPIC, records
 
@@ -56,6 +56,7 @@ def _answer(v: Any) -> dict[str, Any]:
         "already_written": v.already_written,
         "reason": v.reason,
         "error": None if v.error is None else str(v.error)[:300],
+        "incarnation": v.topic_id,  # the topic incarnation the verdict is about
     }
 
 
@@ -104,11 +105,17 @@ class Worker:
         if not parts:
             return []
         chunks = [((TOPIC, p), records(self.seed, batch, p, n)) for p, n in parts]
-        if retry:
-            ok, bad = write_with_retry(self.producer(), chunks)
-            verdicts = ok + bad
-        else:
-            verdicts = self.producer().write(chunks)
+        try:
+            if retry:
+                ok, bad = write_with_retry(self.producer(), chunks)
+                verdicts = ok + bad
+            else:
+                verdicts = self.producer().write(chunks)
+        except TopicNotFound as e:  # deleted, not created again yet: checked before anything is written
+            return [
+                [batch, p, {"outcome": "rejected", "reason": "topic_not_found", "error": str(e)[:300]}]
+                for p, _ in parts
+            ]
         n_of = dict(parts)
         told = []
         for v in verdicts:
@@ -149,7 +156,9 @@ class Worker:
             ][:5],
         }
 
-    def gc(self, l1_grace_s: float, max_deletes: int | None, full: bool = False) -> dict[str, Any]:
+    def gc(
+        self, l1_grace_s: float, max_deletes: int | None, full: bool = False, removal_grace_s: float = 5.0
+    ) -> dict[str, Any]:
         from ctp_state.gc import run_gc
         from ctp_state.settings import GcSettings
         from expectations.gate import GxGate
@@ -163,18 +172,29 @@ class Worker:
                     max_deletes=max_deletes,
                     list_threads=4,
                     read_threads=8,
+                    topic_removal_grace_s=0.0 if full else removal_grace_s,
                     # quiesce: nothing runs, so every leftover is garbage now
                     **({"l1_full_sweep_s": 0.0, "tmp_grace_s": 0.0} if full else {}),
                 ),
             )
         except GateFailed as e:
             return {"gate_failed": e.failures}
-        return {"status": rec.status, "m": rec.m, "deleted": rec.deleted, "l1_orphans": rec.l1_orphans}
+        return {
+            "status": rec.status,
+            "m": rec.m,
+            "deleted": rec.deleted,
+            "l1_orphans": rec.l1_orphans,
+            "topics_removed": rec.topic_incarnations_removed,
+        }
 
     def read(self, partition: int) -> dict[str, Any]:
         from ctp_state.read import read_partition
+        from ctp_state.topics import get_topic
 
-        return {"rows": _rows(read_partition(self.store, TOPIC, partition))}
+        before = get_topic(self.store, TOPIC).id
+        rows = _rows(read_partition(self.store, TOPIC, partition))
+        after = get_topic(self.store, TOPIC).id
+        return {"rows": rows, "incarnation": before if before == after else None}
 
     def handle(self, cmd: dict[str, Any]) -> dict[str, Any]:
         op, args = cmd["op"], cmd.get("args", {})
@@ -190,7 +210,12 @@ class Worker:
             if op == "reconcile":
                 return self.reconcile(args["lease_ms"], args["target_file_bytes"], args.get("claim_wait_s", 0.0))
             if op == "gc":
-                return self.gc(args["l1_grace_s"], args.get("max_deletes"), args.get("full", False))
+                return self.gc(
+                    args["l1_grace_s"],
+                    args.get("max_deletes"),
+                    args.get("full", False),
+                    args.get("removal_grace_s", 5.0),
+                )
             if op == "read":
                 return self.read(args["partition"])
             raise ValueError(f"unknown op {op!r}")

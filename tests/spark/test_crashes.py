@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from ctp_state.log import PartitionLog
 from ctp_state.read import committed_l1_keys
+from tests.support import plog
 
 from .conftest import spark_submit
 from .test_reconcile import assert_exactly_once, produce_rounds
@@ -48,7 +48,7 @@ def test_kill_9_then_rerun_converges(point, tmp_path):
     # Every committed key exists; files of the crashed run are either the same keys
     # rewritten or orphans no commit names (the GC's to collect).
     for p in range(3):
-        keys, _ = committed_l1_keys(PartitionLog(store, "t", p))
+        keys, _ = committed_l1_keys(plog(store, "t", p))
         assert keys and all(store.head(k) is not None for k in keys)
 
 

@@ -12,14 +12,13 @@ from ctp_state.entries import Reconcile
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
 from ctp_state.l1 import SCHEMA, read_l1
-from ctp_state.log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.reconcile import build_files_locally, plan_files, run_reconcile
 from ctp_state.settings import ReconcileSettings
 from ctp_state.status import read_states, select_topics
 from ctp_state.topics import create_topic
 from spark_apps import reconcile as app
-from tests.support import assert_exactly_once, corrupt_chunk, produce_rounds
+from tests.support import assert_exactly_once, corrupt_chunk, plog, produce_rounds, space
 
 
 def spark_args(store, **kw) -> argparse.Namespace:
@@ -104,7 +103,7 @@ def test_spark_reads_the_l1_files_back(spark, tmp_path):
     store = open_store(f"file://{tmp_path}/s", {})
     produce_rounds(store, partitions=2, rounds=2, per=30)
     app.run(spark, spark_args(store))
-    df = spark.read.parquet(f"{tmp_path}/s/l1/t/000001")
+    df = spark.read.parquet(f"{tmp_path}/s/l1/{space(store)}/000001")
     rows = sorted(df.select("offset", "value").collect())
     assert [r.offset for r in rows] == list(range(60))
 
@@ -126,7 +125,7 @@ def test_topics_param_limits_the_run(spark, store):
     summary = app.run(spark, spark_args(store, topics=["a"]))
     assert {(p.topic, p.status) for p in summary.partitions} == {("a", "reconciled")}
     assert_exactly_once(store, "a", a)
-    assert PartitionLog(store, "b", 0).read_state().lag_entries == 1
+    assert plog(store, "b", 0).read_state().lag_entries == 1
 
 
 # --- races: a second reconciler is fenced, never double-commits --------------------------------
@@ -158,8 +157,9 @@ def test_a_racing_reconciler_is_fenced_and_never_double_commits(store):
     assert results["a"].partitions_fenced == 2 and not results["a"].ok
     for p in range(2):
         accepted = []
-        st = sm.PartitionState("t", p)
-        for off, e in PartitionLog(store, "t", p).entries():
+        log = plog(store, "t", p)
+        st = log.empty_state()
+        for off, e in log.entries():
             out = sm.apply(st, off, e)
             if isinstance(e, Reconcile):
                 accepted.append(out.accepted)
@@ -170,7 +170,7 @@ def test_a_racing_reconciler_is_fenced_and_never_double_commits(store):
 
 def test_a_held_claim_skips_the_partition_and_says_who_holds_it(store):
     produce_rounds(store, partitions=1, rounds=1, per=3)
-    log = PartitionLog(store, "t", 0)
+    log = plog(store, "t", 0)
     from ctp_state.entries import AccessMode
 
     log.claim(log.read_state(), "someone-else", AccessMode.EXCLUSIVE, lease_ms=600_000)
@@ -226,7 +226,7 @@ def test_corrupt_and_missing_chunks_quarantine_only_their_partitions(spark, stor
         for p in range(3):
             assert prod.write([(("t", p), [Record(b"r%d" % i) for i in range(5)])])[0].accepted
     bad_key = corrupt_chunk(store, "t", 1)
-    missing_key = PartitionLog(store, "t", 2).read_state().pending[0].l0_key
+    missing_key = plog(store, "t", 2).read_state().pending[0].l0_key
     store.delete_many([missing_key])
     m_before = {s.partition: s.m for s in read_states(store, select_topics(store))}
 
