@@ -33,8 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ctp_state import crashpoints, incarnations, layout, validate
-from ctp_state.entries import Seal
-from ctp_state.errors import CtpError
+from ctp_state.entries import Init, Seal
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import CtpError, InvalidTransition
 from ctp_state.incarnations import NameState
 from ctp_state.log import PartitionLog
 from ctp_state.storage import ObjectInfo, ObjectStore
@@ -51,8 +52,9 @@ DEFAULT_REMOVAL_GRACE_S = 3600.0
 class SealResult:
     sealed: int = 0  # seal entries appended now
     already: int = 0  # partitions sealed before
-    uninitialized: int = 0  # partitions whose log has no init (nothing can append to them)
+    initialized: int = 0  # partitions whose init (of a create still running) the seal had to go after
     errors: list[tuple[int, str]] = field(default_factory=list)
+    already_deleted: bool = False  # the incarnation was deleted before this call (its seals finished now)
 
 
 def seal_incarnation(
@@ -64,7 +66,11 @@ def seal_incarnation(
 ) -> SealResult:
     """Append a seal entry to every partition log of deleted incarnation ``t`` that has
     none (idempotent). A partition that fails is reported in ``errors``, never skipped
-    silently: the GC removes nothing of ``t`` until every log is sealed."""
+    silently: the GC removes nothing of ``t`` until every log is sealed.
+
+    A partition without its init (a ``topic create`` still writing them, or killed) gets
+    one first -- offset 0 is an init and nothing else -- and then the seal: a create
+    that writes its init later finds it there, and nothing can ever append to the log."""
     res = SealResult()
     now_ms = int(time.time() * 1000)
 
@@ -74,10 +80,17 @@ def seal_incarnation(
             st = plog.read_state()
             if st.sealed:
                 return "already", None
+            what = "sealed"
             if not st.initialized:
-                return "uninitialized", None
-            plog.append(st, lambda _s: Seal(now_ms))
-            return "sealed", None
+                epoch = ClusterEpoch(store).current()
+                try:
+                    st = plog.append(st, lambda _s: Init(epoch)).outcome.state
+                except InvalidTransition:
+                    st = plog.read_state()  # the create's init landed first
+                what = "initialized"
+            if not st.sealed:
+                plog.append(st, lambda _s: Seal(now_ms))
+            return what, None
         except CtpError as e:
             return "error", str(e)
 
@@ -87,6 +100,9 @@ def seal_incarnation(
             if what == "error":
                 res.errors.append((p, why or ""))
             else:
+                if what == "initialized":
+                    res.initialized += 1
+                    what = "sealed"
                 setattr(res, what, getattr(res, what) + 1)
             crashpoints.reached("delete_after_seal", p)
             if (p + 1) % 1000 == 0:
@@ -105,8 +121,29 @@ def delete_topic(
 ) -> tuple[Topic, SealResult]:
     """Delete ``name``'s live incarnation (``expect_id``: only if it is that one): the
     tombstone, then the seals. Raises :class:`~ctp_state.errors.TopicNotFound` (or
-    ``TopicDeleted``) when there is nothing live to delete."""
+    ``TopicDeleted``) when there is nothing live to delete.
+
+    With ``expect_id``, doing it again is safe (a retried Airflow task, a rerun after
+    ``kill -9``): an incarnation already deleted has its seals finished, and nothing
+    else is touched -- in particular not a newer incarnation of the name."""
     validate.topic_name(name)
+    st = incarnations.read_name(store, name)
+    # Done before (a rerun after kill -9, a retried task): finish the seals of that
+    # incarnation -- the one asked for, or the name's last one when it is not live --
+    # and touch nothing else, a newer incarnation least of all.
+    if expect_id is not None:
+        done = next((t for t, _ in st.deleting if t.incarnation == expect_id), None)
+        gone = next((t for t in st.removed if t.incarnation == expect_id), None)
+    else:
+        done = st.deleting[-1][0] if st.current is None and st.deleting else None
+        gone = None
+    if done is not None:
+        log.info("%s (incarnation %s) was deleted already; finishing its seals", name, done.incarnation)
+        res = seal_incarnation(store, done, threads=threads, on_progress=on_progress)
+        res.already_deleted = True
+        return done, res
+    if gone is not None:
+        return gone, SealResult(already_deleted=True)
     t = incarnations.tombstone(store, name, expect_id=expect_id)
     crashpoints.reached("delete_after_tombstone")
     return t, seal_incarnation(store, t, threads=threads, on_progress=on_progress)
@@ -142,9 +179,33 @@ class RemoveResult:
     errors: list[str] = field(default_factory=list)
 
 
+def leftovers(store: ObjectStore, names: list[NameState]) -> list[ObjectInfo]:
+    """Keys in the spaces of removed incarnations (written after their removal)."""
+    return [o for st in names for t in st.removed for root in REMOVAL_ORDER for o in state_keys(store, t, root)]
+
+
+def _removal_begun(store: ObjectStore, t: Topic, partition: int) -> bool:
+    return store.head(layout.log_entry(t.name, partition, 0, t.key_id)) is None and any(
+        True for _ in store.list(layout.log_prefix(t.name, partition, t.key_id))
+    )
+
+
+def store_now(store: ObjectStore) -> float:
+    """The store's clock: the mtime of an object written now (a writer's clock never
+    decides a delete, R9)."""
+    store.put(CLOCK_KEY, b"")
+    info = store.head(CLOCK_KEY)
+    return info.mtime if info is not None else time.time()
+
+
+#: An empty object the GC writes to read the store's clock.
+CLOCK_KEY = "gc/clock"
+
+
 def due(store: ObjectStore, names: list[NameState], *, now_s: float, grace_s: float) -> tuple[list[Topic], list[Topic]]:
     """The deleted incarnations whose state may go now (tombstone at least ``grace_s``
-    old by the store's clock: the time it wrote the record), and those that must wait."""
+    old: the store's time when it wrote the record against ``now_s``, the store's time
+    now -- see :func:`store_now`), and those that must wait."""
     ready, waiting = [], []
     for st in names:
         for t, seq in st.deleting:
@@ -163,18 +224,32 @@ def remove(
     now_s: float,
     grace_s: float = DEFAULT_REMOVAL_GRACE_S,
     delete: Callable[[list[ObjectInfo]], set[str]],
+    sweep_removed: bool = False,
 ) -> RemoveResult:
     """Remove the state of every deleted incarnation that is due (see the module
     docstring for the order). ``delete(objects)`` deletes and returns the keys that
     still failed. An incarnation with a failure stays "deleting" for the next run."""
     res = RemoveResult()
-    ready, res.waiting = due(store, names, now_s=now_s, grace_s=grace_s)
+    if sweep_removed:
+        # Keys a writer stalled past the grace period put into a removed incarnation's
+        # space after its removal: never read or counted, collected once a period.
+        late = leftovers(store, names)
+        if late:
+            res.failed |= delete(late)
+            res.deleted.extend(late)
+    if not any(st.deleting for st in names):
+        return res
+    ready, res.waiting = due(store, names, now_s=min(now_s, store_now(store)), grace_s=grace_s)
     for t in ready:
         what = f"{t.name} (incarnation {t.incarnation})"
         try:
             sealed = seal_incarnation(store, t)
-            if sealed.errors:
-                p, why = sealed.errors[0]
+            # A log whose init is gone while other entries remain is one an earlier run
+            # (killed, or failing on some keys) had begun to remove: it cannot be read,
+            # so it cannot be sealed, and it needs no seal -- nothing can append to it.
+            unsealed = [(p, why) for p, why in sealed.errors if not _removal_begun(store, t, p)]
+            if unsealed:
+                p, why = unsealed[0]
                 res.errors.append(f"{what}: partition {p} could not be sealed: {why}")
                 continue
             ok = True

@@ -176,6 +176,21 @@ class PartitionSealed(Rejected):
         super().__init__(f"{topic}/{partition}: the topic was deleted; the partition's log is sealed")
 
 
+class LogRewound(Rejected):
+    """A writer's log no longer holds the entry its state ends at: the topic incarnation
+    was deleted and its state removed (or the log was damaged). Nothing was written;
+    look the topic up again."""
+
+    code = "topic_deleted"
+
+    def __init__(self, topic: str, partition: int, offset: int):
+        self.topic, self.partition, self.offset = topic, partition, offset
+        super().__init__(
+            f"{topic}/{partition}: the log no longer holds offset {offset} that this writer read "
+            "(the topic was deleted and its state removed, or the log was damaged); nothing was written"
+        )
+
+
 class StaleClusterEpoch(Rejected):
     """R1/R2: the epoch is older than the partition accepts; refresh it and retry."""
 

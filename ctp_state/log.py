@@ -26,6 +26,7 @@ the outcome is :class:`~ctp_state.errors.OutcomeUnknown`, never a rejection (I4)
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +41,7 @@ from ctp_state.errors import (
     CorruptData,
     InvalidTransition,
     LogGap,
+    LogRewound,
     ObjectNotFound,
     OutcomeUnknown,
     StoreError,
@@ -49,6 +51,12 @@ from ctp_state.storage import ObjectStore
 from ctp_state.topic_meta import Topic
 
 DEFAULT_SNAPSHOT_EVERY = 64
+#: A writer whose view of the log is older than this checks, before its next append,
+#: that the log still holds the entry its state ends at (one LIST, from that key): a log
+#: removed meanwhile -- its topic deleted and the GC done -- is refused instead of
+#: written to afresh. ``CTP_WRITER_RECHECK_SECONDS`` overrides it. The GC's
+#: ``--topic-removal-grace-seconds`` must stay well above it (docs/design.md, section 10).
+DEFAULT_RECHECK_AFTER_S = float(os.environ.get("CTP_WRITER_RECHECK_SECONDS", "30"))
 DEFAULT_APPEND_ATTEMPTS = 64
 #: Attempts to learn an append's outcome after the store failed it (each after a backoff).
 DEFAULT_RESOLVE_ATTEMPTS = 6
@@ -103,6 +111,7 @@ class PartitionLog:
         resolve_backoff_s: float = 0.1,
         sleep: Callable[[float], None] = time.sleep,
         write_snapshots: bool = True,
+        recheck_after_s: float | None = None,  # None: DEFAULT_RECHECK_AFTER_S
     ):
         name = topic.name if isinstance(topic, Topic) else topic
         if isinstance(topic, Topic):
@@ -117,6 +126,8 @@ class PartitionLog:
         self.write_snapshots = write_snapshots  # False: a reader that must change nothing
         #: Why the last snapshot read was set aside (None when it was fine or absent).
         self.snapshot_problem: str | None = None
+        self.recheck_after_s = DEFAULT_RECHECK_AFTER_S if recheck_after_s is None else recheck_after_s
+        self._seen_at = time.monotonic()  # when this log was last read or written
 
     def key(self, offset: int) -> str:
         return layout.log_entry(self.topic, self.partition, offset, self.topic_id)
@@ -226,6 +237,7 @@ class PartitionLog:
         or a lying disk would then be hidden from every reader and from the GC)."""
         for offset, entry in self.entries(state.applied_offset, reach=reach):
             state = sm.apply(state, offset, entry).state
+        self._seen_at = time.monotonic()
         return state
 
     def _maybe_snapshot(self, state: sm.PartitionState) -> None:
@@ -262,6 +274,12 @@ class PartitionLog:
         """
         if not state.initialized:
             state = self.catch_up(state)  # the init may have landed meanwhile
+        elif time.monotonic() - self._seen_at > self.recheck_after_s:
+            try:
+                state = self.catch_up(state, reach=True)
+            except _SnapshotAhead as e:
+                raise LogRewound(self.topic, self.partition, e.offset) from None
+        self._seen_at = time.monotonic()
         current = {"state": state}
         built: dict[int, Entry] = {}
 

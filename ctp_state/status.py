@@ -120,11 +120,18 @@ def unaccounted_logs(
         spaces = {f"{layout.LOGS_ROOT}{layout.space(name, x.key_id)}/" for x in gone if x.key_id is not None}
         legacy_gone = any(x.key_id is None for x in gone)
         own = f"{layout.LOGS_ROOT}{layout.space(name, t.key_id)}/" if t is not None else None
+        fresh: list[str] | None = None  # the name's spaces re-read: one created after ``names`` was
         for d in dirs:
             if d == own or d in spaces:
                 continue
             if layout.is_partition_dir(d, top) and ((t is not None and t.key_id is None) or legacy_gone):
                 continue  # the partitions of an incarnation whose keys carry only the name
+            if fresh is None:
+                now = incarnations.read_name(store, name)
+                every = [x for x in (now.current, *now.deleted) if x is not None and x.key_id is not None]
+                fresh = [f"{layout.LOGS_ROOT}{layout.space(name, x.key_id)}/" for x in every]
+            if d in fresh:
+                continue  # an incarnation created after the names were read (R4: its inits carry an epoch >= C)
             if next(iter(store.list(d)), None) is not None:  # an emptied directory some S3 servers keep listing
                 problems.append((name, -1, f"state logs exist under {d} but belong to no incarnation of {name}"))
         if t is None:

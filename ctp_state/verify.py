@@ -279,6 +279,25 @@ def verify_cluster(store: ObjectStore) -> list[Finding]:
             out.append(Finding(ERROR, t if p < 0 else f"{t}/{p}", why + "; the GC will not run until this is fixed"))
     except CtpError as e:
         out.append(Finding(ERROR, "cluster", f"the topics cannot be read: {e}"))
+    try:
+        from ctp_state.deletion import leftovers
+        from ctp_state.incarnations import all_names
+
+        late = leftovers(store, all_names(store))
+        if late:
+            out.append(
+                Finding(
+                    WARNING,
+                    "cluster",
+                    f"{len(late)} keys in the space of a removed topic incarnation ({late[0].key}, ...), written "
+                    "after its removal "
+                    "(a writer stalled past --topic-removal-grace-seconds); nothing reads them; the GC's next "
+                    "full L1 sweep deletes them",
+                    late[0].key,
+                )
+            )
+    except CtpError as e:
+        out.append(Finding(ERROR, "cluster", f"the topic histories cannot be read: {e}"))
     ce = ClusterEpoch(store)
     try:
         c = ce.current(repair=False)

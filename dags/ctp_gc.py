@@ -76,7 +76,16 @@ def _config(params):
     doc_md=__doc__,
     params={
         **settings_params(
-            GcSettings, ["dry_run", "max_deletes", "grace_s", "l1_grace_s", "alert_stall_runs", "alert_stall_epochs"]
+            GcSettings,
+            [
+                "dry_run",
+                "max_deletes",
+                "grace_s",
+                "l1_grace_s",
+                "topic_removal_grace_s",
+                "alert_stall_runs",
+                "alert_stall_epochs",
+            ],
         ),
         "topics": Param(
             [],

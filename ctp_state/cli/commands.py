@@ -258,10 +258,15 @@ def topic_delete(store: ObjectStore, as_json: bool, name: str, expect_id: str | 
             "id": t.id,
             "partitions": t.partitions,
             "sealed": res.sealed + res.already,
-            "uninitialized": res.uninitialized,
+            "already_deleted": res.already_deleted,
             "errors": errors,
         },
-        f"deleted topic {t.name} (incarnation {t.incarnation}, {t.partitions} partitions) in {store.url}; "
+        (
+            f"topic {t.name} (incarnation {t.incarnation}) was deleted already; its {t.partitions} partition logs "
+            f"are sealed now in {store.url}; "
+            if res.already_deleted
+            else f"deleted topic {t.name} (incarnation {t.incarnation}, {t.partitions} partitions) in {store.url}; "
+        )
         + (
             f"{len(errors)} partition logs could not be sealed now (the GC seals them before removing "
             f"anything; first: {t.name}/{errors[0]['partition']}: {errors[0]['error']}); "

@@ -486,6 +486,7 @@ def run_gc(
             now_s=clock(),
             grace_s=config.topic_removal_grace_s,
             delete=lambda objs: set(delete_objects(bulk, objs, in_flight=config.in_flight).failed_keys),
+            sweep_removed=p.full_sweep,
         )
         for err in removal.errors:
             log.warning("removing a deleted topic: %s", err)

@@ -19,7 +19,7 @@ DEPRECATIONS = (
     "airflow.exceptions.AirflowProviderDeprecationWarning",
 )
 pytestmark = [pytest.mark.filterwarnings(f"error::{w}") for w in DEPRECATIONS]
-EXPECTED = {"ctp_epoch_advance", "ctp_reconcile", "ctp_gc"}
+EXPECTED = {"ctp_epoch_advance", "ctp_reconcile", "ctp_gc", "ctp_topic_delete"}
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +83,7 @@ def test_the_gc_gate_does_not_retry_and_the_report_always_runs(dagbag):
         "max_deletes",
         "grace_seconds",
         "l1_grace_seconds",
+        "topic_removal_grace_seconds",
         "publish_report",
         "verify",
     }
@@ -113,7 +114,9 @@ def test_the_trigger_forms_defaults_are_the_settings_defaults(dagbag, dag_id, cl
     assert s.from_options(getattr(s, cls_name), {n: params[n] for n in offered}) == getattr(s, cls_name)()
 
 
-@pytest.mark.parametrize("name", ["ctp_common.py", "ctp_epoch.py", "ctp_reconcile.py", "ctp_gc.py"])
+@pytest.mark.parametrize(
+    "name", ["ctp_common.py", "ctp_epoch.py", "ctp_reconcile.py", "ctp_gc.py", "ctp_topic_delete.py"]
+)
 def test_every_import_in_the_dag_files_is_current(name):
     """Task bodies import lazily, so parsing the DAGs does not run their imports: run
     every import statement of the file, at any depth, with deprecations as errors."""

@@ -157,7 +157,7 @@ class Worker:
         }
 
     def gc(
-        self, l1_grace_s: float, max_deletes: int | None, full: bool = False, removal_grace_s: float = 5.0
+        self, l1_grace_s: float, max_deletes: int | None, full: bool = False, removal_grace_s: float = 60.0
     ) -> dict[str, Any]:
         from ctp_state.gc import run_gc
         from ctp_state.settings import GcSettings
@@ -214,7 +214,7 @@ class Worker:
                     args["l1_grace_s"],
                     args.get("max_deletes"),
                     args.get("full", False),
-                    args.get("removal_grace_s", 5.0),
+                    args.get("removal_grace_s", 60.0),
                 )
             if op == "read":
                 return self.read(args["partition"])
