@@ -26,7 +26,6 @@ the outcome is :class:`~ctp_state.errors.OutcomeUnknown`, never a rejection (I4)
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,9 +53,9 @@ DEFAULT_SNAPSHOT_EVERY = 64
 #: A writer whose view of the log is older than this checks, before its next append,
 #: that the log still holds the entry its state ends at (one LIST, from that key): a log
 #: removed meanwhile -- its topic deleted and the GC done -- is refused instead of
-#: written to afresh. ``CTP_WRITER_RECHECK_SECONDS`` overrides it. The GC's
-#: ``--topic-removal-grace-seconds`` must stay well above it (docs/design.md, section 10).
-DEFAULT_RECHECK_AFTER_S = float(os.environ.get("CTP_WRITER_RECHECK_SECONDS", "30"))
+#: written to afresh. The GC's ``--topic-removal-grace-seconds`` must stay well above it
+#: (docs/design.md, section 10).
+DEFAULT_RECHECK_AFTER_S = 30.0
 DEFAULT_APPEND_ATTEMPTS = 64
 #: Attempts to learn an append's outcome after the store failed it (each after a backoff).
 DEFAULT_RESOLVE_ATTEMPTS = 6
