@@ -47,10 +47,6 @@ class NameState:
     next_seq: int = 0
 
     @property
-    def exists(self) -> bool:
-        return self.current is not None
-
-    @property
     def deleted(self) -> tuple[Topic, ...]:
         """Every deleted incarnation, whether or not its state was removed yet."""
         return tuple(t for t, _ in self.deleting) + self.removed

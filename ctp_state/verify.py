@@ -34,6 +34,7 @@ from ctp_state.entries import Init
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, TopicDeleted, TopicNotFound
 from ctp_state.gc.history import GcHistory
+from ctp_state.incarnations import NameState, all_names
 from ctp_state.l1 import parse_l1
 from ctp_state.log import PartitionLog
 from ctp_state.status import reconcile_summaries as summaries
@@ -274,16 +275,18 @@ def _check_l1(
 
 def verify_cluster(store: ObjectStore) -> list[Finding]:
     out: list[Finding] = []
+    names: list[NameState] = []
     try:
-        for t, p, why in unaccounted_logs(store, select_topics(store)):
+        names = all_names(store)  # read once: the live topics and every name's history
+        topics = [st.current for st in names if st.current is not None]
+        for t, p, why in unaccounted_logs(store, topics, names):
             out.append(Finding(ERROR, t if p < 0 else f"{t}/{p}", why + "; the GC will not run until this is fixed"))
     except CtpError as e:
         out.append(Finding(ERROR, "cluster", f"the topics cannot be read: {e}"))
     try:
         from ctp_state.deletion import leftovers
-        from ctp_state.incarnations import all_names
 
-        late = leftovers(store, all_names(store))
+        late = leftovers(store, names)
         if late:
             out.append(
                 Finding(

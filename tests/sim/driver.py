@@ -340,32 +340,14 @@ class Sim:
             self._cli_told(step, reply, rc)
         elif step.op == "read" and reply and "rows" in reply:
             # A read that a delete or re-create overlapped is of no one incarnation: not checked.
-            inc = reply.get("incarnation")
-            if inc is not None:
-                rows = [(o, _u(v), _u(k), ts, tuple((h, _u(hv)) for h, hv in hs)) for o, v, k, ts, hs in reply["rows"]]
-                for v in check_read(
-                    led,
-                    step.args["partition"],
-                    rows,
-                    final=False,
-                    acknowledged_before=self._acked(step.n, inc),
-                    incarnation=inc,
-                ):
-                    rep.violations.append(f"step {step.n} (read): {v}")
+            rows = [(o, _u(v), _u(k), ts, tuple((h, _u(hv)) for h, hv in hs)) for o, v, k, ts, hs in reply["rows"]]
+            self._check_mid_run_read(step, rows, reply.get("incarnation"), "read")
         elif step.op == "read_cli" and not died and reply is not None:
             inc = self.read_incarnation.pop(step.n, None)
-            if rc == 0 and inc is not None and inc == self._incarnation():
+            if rc == 0:
                 rows = [_cli_row(json.loads(x)) for x in reply["stdout"].splitlines() if x.strip()]
-                for v in check_read(
-                    led,
-                    step.args["partition"],
-                    rows,
-                    final=False,
-                    acknowledged_before=self._acked(step.n, inc),
-                    incarnation=inc,
-                ):
-                    rep.violations.append(f"step {step.n} (ctp read): {v}")
-            elif rc != 0:
+                self._check_mid_run_read(step, rows, inc if inc == self._incarnation() else None, "ctp read")
+            else:
                 rep.errors[step.op] += 1
         elif step.op in ("delete_cli", "create_cli") and rc not in (0, None) and not died:
             rep.errors[step.op] += 1
@@ -375,6 +357,17 @@ class Sim:
             )
         elif step.op in ("reconcile_spark", "advance_cli") and rc not in (0, None) and not died:
             rep.errors[step.op] += 1
+
+    def _check_mid_run_read(self, step: Step, rows: list[Any], inc: str | None, what: str) -> None:
+        """Check a read of incarnation ``inc`` against what was acknowledged before it
+        (None: a delete or re-create overlapped it; it is of no one incarnation)."""
+        acked = self._acked(step.n, inc)
+        if inc is None:
+            return
+        for v in check_read(
+            self.ledger, step.args["partition"], rows, final=False, acknowledged_before=acked, incarnation=inc
+        ):
+            self.report.violations.append(f"step {step.n} ({what}): {v}")
 
     def _cli_told(self, step: Step, reply: dict[str, Any] | None, rc: int | None) -> None:
         batch = step.args["batch"]
@@ -582,7 +575,7 @@ class Sim:
         except TopicNotFound:
             return None
 
-    def _acked(self, n: int, incarnation: str) -> set[tuple[int, int, int]]:
+    def _acked(self, n: int, incarnation: str | None) -> set[tuple[int, int, int]]:
         return {(b, p, j) for inc, b, p, j in self.acked.pop(n, set()) if inc == incarnation}
 
     def _deleted_left(self) -> list[str]:
