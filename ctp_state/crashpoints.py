@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 #: Every point the product marks, in the order a reconcile then a GC reaches them.
 POINTS = (
+    "produce_after_flush",  # ctp produce: flush n acknowledged, its progress not yet recorded
     "after_claim",
     "after_l1_write",
     "before_commit",

@@ -7,8 +7,17 @@ those are skipped; the rest is sent in batches, and a partition whose batch was 
 accepted gets nothing more this run (its later records are reported *not sent*, so its
 records stay in order). When every record is in, a completion marker
 (``runs/produce/<producer id>.json``, sealed, create-if-absent) records the run, so
-running the same input again, even long after its partitions forgot the producer
-(:data:`ctp_state.state.MAX_PRODUCERS`), writes nothing twice.
+running the same input again writes nothing twice.
+
+A partition that has forgotten the producer (:data:`ctp_state.state.MAX_PRODUCERS`)
+cannot say how many of its records it holds. So a run also keeps a progress record
+(``runs/produce-progress/<producer id>.json``, rewritten after every flush): per
+partition, a :class:`~ctp_state.produce_trace.Trace` of its fold. A re-run the partition
+cannot answer follows that trace over the log entries appended since, and resumes after
+the last record the log holds. One of the id's entries whose fate the trace cannot
+decide (rare: it needs an epoch the trace cannot bound) is settled by folding the
+partition's log from its first entry, up to a limit (``replay_limit``); beyond it, the
+entry's records are reported *unknown* with its log offset and nothing after them is sent.
 
 For a file, ``ctp produce`` derives the producer id from the file's bytes: same bytes,
 same id, same sequence numbers.
@@ -21,18 +30,26 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ctp_state import codec, layout
+from ctp_state import codec, crashpoints, layout
+from ctp_state import state as sm
+from ctp_state.entries import Placeholder
 from ctp_state.errors import ConfigError, CorruptData, CtpError, KeyExists, ObjectNotFound
 from ctp_state.l0 import Record
-from ctp_state.producer import Producer, Verdict, write_with_retry
+from ctp_state.produce_trace import InDoubt, Trace, follow, of_state
+from ctp_state.producer import PartitionWriter, Producer, Verdict, write_with_retry
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import get_topic
 
 Chunks = list[tuple[tuple[str, int], list[Record]]]
 log = logging.getLogger(__name__)
+
+#: By default a re-run settles an entry of its producer id that the progress trace cannot
+#: decide by folding the partition's log from its first entry, when the entry's offset is
+#: at most this; beyond, the entry's records are reported unknown (with the offset).
+REPLAY_LIMIT = 200_000
 
 
 @dataclass
@@ -49,6 +66,8 @@ class ProduceReport:
     first_error: str | None = None
     completed_before: dict[str, Any] | None = None  # the marker of an earlier complete run
     topics: dict[str, str | None] = field(default_factory=dict)  # the incarnation of each topic written to
+    #: entries of this producer id whose fate the log cannot tell (see the module docstring)
+    in_doubt: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -88,6 +107,7 @@ class ProduceReport:
             "rejected_by_reason": dict(self.rejected_by_reason),
             "completed_before": self.completed_before,
             "topics": self.topics,
+            "in_doubt": self.in_doubt,
         }
 
 
@@ -118,6 +138,7 @@ def send_batches(
     report: ProduceReport,
     total: int,
     on_progress: Callable[[int], None] = lambda n: None,
+    after_flush: Callable[[], None] = lambda: None,
 ) -> None:
     """Send ``batches`` (``total`` records in all) in order; after a batch of a
     partition is not accepted, hold back the rest of that partition (not sent). If a
@@ -125,7 +146,7 @@ def send_batches(
     after it is not sent: each record still gets an outcome (I4)."""
     stopped: set[tuple[str, int]] = set()
     seen = 0
-    for chunks in batches:
+    for flush, chunks in enumerate(batches):
         size = sum(len(r) for _, r in chunks)
         held = [c for c in chunks if c[0] in stopped]
         report.not_sent += sum(len(r) for _, r in held)
@@ -138,7 +159,9 @@ def send_batches(
             report.not_sent += total - seen - size
             return
         report.count(ok + bad, stopped)
+        crashpoints.reached("produce_after_flush", flush)
         seen += size
+        after_flush()
         on_progress(size)
 
 
@@ -150,6 +173,7 @@ def produce_input(
     digest: str,
     batch_records: int = 5000,
     on_progress: Callable[[int], None] = lambda n: None,
+    replay_limit: int = REPLAY_LIMIT,
 ) -> ProduceReport:
     """Produce ``records`` (in input order; ``digest`` the input's SHA-256) so that
     doing it again never duplicates."""
@@ -177,19 +201,44 @@ def produce_input(
         return report
 
     per_partition: dict[tuple[str, int], int] = defaultdict(int)
+    progress = Progress(store, producer_id, digest, len(records), incarnations)
     with Producer(store, producer_id=producer_id) as producer:
-        # Each partition says how many of this id's records it holds: skip those.
-        resumed: dict[tuple[str, int], int] = {
-            tp: producer.writer(*tp).resume() for tp in sorted({(t, p) for t, p, _ in records})
-        }
+        # Each partition says how many of this id's records it holds (or, once it has
+        # forgotten the id, the log since the last progress recorded does): skip those.
+        resumed: dict[tuple[str, int], int] = {}
+        doubts: dict[tuple[str, int], InDoubt] = {}
+        for tp in sorted({(t, p) for t, p, _ in records}):
+            resumed[tp], trace, doubt = resume(producer.writer(*tp), progress.traces.get(tp), replay_limit)
+            progress.traces[tp] = trace
+            if doubt is not None:
+                doubts[tp] = doubt
+                report.in_doubt.append({"topic": tp[0], "partition": tp[1], **asdict(doubt)})
+        progress.save()
         todo: list[tuple[str, int, Record]] = []
         for t, p, rec in records:
-            if per_partition[(t, p)] < resumed[(t, p)]:
+            seq, doubt = per_partition[(t, p)], doubts.get((t, p))
+            if seq < resumed[(t, p)]:
                 report.duplicates += 1
+            elif doubt is not None and seq <= doubt.last_seq:
+                report.unknown += 1  # may be in the log (report.in_doubt says where): not sent again
+            elif doubt is not None:
+                report.not_sent += 1  # held back behind the records in doubt
             else:
                 todo.append((t, p, rec))
             per_partition[(t, p)] += 1
-        on_progress(report.duplicates)
+        if doubts:
+            first = next(iter(doubts.items()))
+            report.first_error = report.first_error or (
+                f"{first[0][0]}/{first[0][1]}: records {first[1].first_seq}-{first[1].last_seq} of this input "
+                f"may be in the log (entry {first[1].log_offset}); it no longer remembers producer {producer_id}"
+            )
+        on_progress(report.duplicates + report.unknown + report.not_sent)
+
+        def after_flush() -> None:
+            for tp in resumed:
+                if tp not in doubts:
+                    progress.follow_writer(tp, producer.writer(*tp))
+            progress.save()
 
         def batches() -> Iterable[Chunks]:
             for start in range(0, len(todo), batch_records):
@@ -198,7 +247,7 @@ def produce_input(
                     chunks[(t, p)].append(rec)
                 yield sorted(chunks.items())
 
-        send_batches(producer, batches(), report, len(todo), on_progress)
+        send_batches(producer, batches(), report, len(todo), on_progress, after_flush)
     accounted = report.accepted + report.duplicates + report.rejected + report.unknown + report.not_sent
     if accounted != len(records):  # I4: every record has an outcome; a gap is a bug, say so loudly
         raise CtpError(
@@ -245,3 +294,113 @@ def _other_incarnation(marker: dict[str, Any], incarnations: dict[str, str | Non
                 f"(incarnation {recorded[t] or 'legacy'} then, {tid or 'legacy'} now)"
             )
     return None
+
+
+def resume(writer: PartitionWriter, prior: Trace | None, replay_limit: int = 0) -> tuple[int, Trace, InDoubt | None]:
+    """How many of the writer's producer id's records its partition holds, the trace of
+    the partition now, and the first of the id's entries whose fate cannot be told.
+
+    The partition's memory answers while it remembers the id. Once it has forgotten it,
+    the ``prior`` trace (from the progress record) is followed over the log entries
+    appended since it was taken; an entry that trace cannot decide is settled by a fold of
+    the whole log if it is at most ``replay_limit`` entries in."""
+    pid = writer.producer_id
+    assert pid is not None
+    held = writer.resume()
+    st = writer.state
+    if prior is None or any(p.producer_id == pid for p in st.producers):
+        return held, of_state(st, pid), None
+    if prior.offset > st.applied_offset:  # cannot be: the progress is of another log
+        log.warning("ignoring the progress of %s/%d: it is ahead of the log", st.topic, st.partition)
+        return held, of_state(st, pid), None
+    trace, doubt = follow(prior, pid, writer.log.entries(prior.offset))
+    if doubt is not None and doubt.log_offset <= replay_limit:
+        # The trace cannot tell; the fold from the log's first entry can.
+        log.info(
+            "%s/%d: replaying its log from the first entry to learn the fate of entry %d",
+            st.topic,
+            st.partition,
+            doubt.log_offset,
+        )
+        trace, doubt = _replay(writer, pid), None
+    if trace.held:
+        log.info(
+            "%s/%d no longer remembers producer %s: the log holds %d of its records (read from entry %d on)",
+            st.topic,
+            st.partition,
+            pid,
+            trace.held,
+            prior.offset + 1,
+        )
+    writer.next_seq = trace.held
+    return trace.held, trace, doubt
+
+
+def _replay(writer: PartitionWriter, pid: str) -> Trace:
+    """The trace at the end of the writer's log, from a fold of all of it: how many of
+    ``pid``'s sequence the log holds is the end of the furthest batch the fold applied."""
+    st, held = writer.log.empty_state(), 0
+    for offset, e in writer.log.entries(-1):
+        out = sm.apply(st, offset, e)
+        if isinstance(e, Placeholder) and e.producer_id == pid and out.accepted and not out.duplicate:
+            held = max(held, (e.sequence or 0) + e.record_count)
+        st = out.state
+    return of_state(st, pid, held_if_forgotten=held)
+
+
+class Progress:
+    """The progress record of one input: per partition, a trace of its fold that a
+    re-run follows once the partition has forgotten the producer. Only ever a shortcut
+    past the partitions' memory: a record that cannot be read is ignored (and said)."""
+
+    VERSION = 1
+
+    def __init__(
+        self, store: ObjectStore, producer_id: str, digest: str, records: int, incarnations: dict[str, str | None]
+    ):
+        self.store, self.key = store, layout.produce_progress(producer_id)
+        self.producer_id, self.digest, self.records, self.incarnations = producer_id, digest, records, incarnations
+        self.traces: dict[tuple[str, int], Trace] = self._read()
+
+    def _read(self) -> dict[tuple[str, int], Trace]:
+        try:
+            body = codec.unseal(self.store.get(self.key), self.key, "produce progress")
+            if body.get("v") != self.VERSION or body.get("digest") != self.digest:
+                log.warning("ignoring %s: it records another input or version", self.key)
+                return {}
+            topics, traces = body.get("topics"), {}
+            for name, v in body.get("partitions", {}).items():
+                t, _, p = name.rpartition("/")
+                # Only for the incarnation it was written into: a topic deleted and
+                # created again since holds none of those records.
+                if t in self.incarnations and isinstance(topics, dict) and topics.get(t) == self.incarnations[t]:
+                    traces[(t, int(p))] = Trace.decode(v, self.key)
+            return traces
+        except ObjectNotFound:
+            return {}
+        except (CorruptData, ValueError, AttributeError, TypeError) as e:
+            log.warning("ignoring %s: %s", self.key, e)
+            return {}
+
+    def follow_writer(self, tp: tuple[str, int], writer: PartitionWriter) -> None:
+        """Take the trace of ``writer``'s state, if it remembers the producer and is
+        newer than the one held."""
+        st = writer.state
+        if any(p.producer_id == self.producer_id for p in st.producers):
+            old = self.traces.get(tp)
+            if old is None or st.applied_offset > old.offset:
+                self.traces[tp] = of_state(st, self.producer_id)
+
+    def save(self) -> None:
+        body = {
+            "v": self.VERSION,
+            "producer_id": self.producer_id,
+            "digest": self.digest,
+            "records": self.records,
+            "topics": self.incarnations,
+            "partitions": {f"{t}/{p}": tr.encode() for (t, p), tr in sorted(self.traces.items())},
+        }
+        try:
+            self.store.put(self.key, codec.seal(body))
+        except CtpError as e:  # the partitions' memory still answers a re-run within a day
+            log.warning("could not record the progress of producer %s: %s", self.producer_id, e)

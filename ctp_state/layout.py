@@ -11,6 +11,7 @@
     l0/<spread:03d>/<epoch:018d>/<uuid>.l0     L0 objects (docs/design.md, section 7)
     l1/<space>/<partition:06d>/<first:020d>-<last:020d>.parquet   L1 files
     runs/produce/<producer id>.json             an input produced completely (ctp produce)
+    runs/produce-progress/<producer id>.json    how far each partition held an input (ctp produce)
     runs/reconcile/<seq:020d>.json              reconcile run summaries (a dense sequence)
     gc/history/<seq:020d>.json                  GC history records (a dense sequence)
     gc/partitions/<seq:020d>-<run id>.parquet   each GC run's partition view
@@ -230,3 +231,7 @@ def check_producer_id(producer_id: str) -> str:
 
 def produce_marker(producer_id: str) -> str:
     return f"runs/produce/{check_producer_id(producer_id)}.json"
+
+
+def produce_progress(producer_id: str) -> str:
+    return f"runs/produce-progress/{check_producer_id(producer_id)}.json"

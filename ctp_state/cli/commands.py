@@ -363,6 +363,15 @@ def _progress() -> Progress:
     "other bytes is another producer; to write a file twice on purpose, give a new name. For "
     "--generate the id itself (default: a fresh one).",
 )
+@click.option(
+    "--replay-limit",
+    type=COUNT,
+    default=200_000,
+    show_default=True,
+    help="A partition that forgot this producer id and holds one of its entries that the progress record "
+    "cannot settle is replayed from its first entry if that entry's offset is at most this; beyond, its "
+    "records are reported unknown with the offset.",
+)
 @command(store="flag")
 def produce(
     store: ObjectStore,
@@ -375,6 +384,7 @@ def produce(
     batch_records: int,
     seed: int | None,
     producer_id: str | None,
+    replay_limit: int,
 ) -> None:
     """Produce records from a JSON-lines FILE ('-' for stdin) or with --generate.
 
@@ -418,6 +428,7 @@ def produce(
                 digest=digest,
                 batch_records=batch_records,
                 on_progress=advance,
+                replay_limit=replay_limit,
             )
     seconds = time.monotonic() - started
     total = report.accepted + report.duplicates + report.rejected + report.unknown + report.not_sent
@@ -445,7 +456,14 @@ def produce(
                 else ""
             )
         )
-        if report.unknown or report.not_sent:
+        for d in report.in_doubt:
+            text += (
+                f"\n{d['topic']}/{d['partition']} no longer remembers producer {report.producer_id}: records "
+                f"{d['first_seq']}-{d['last_seq']} of its sequence may be in the log (entry {d['log_offset']}); "
+                f"run again with --replay-limit {d['log_offset']} or more to settle it by reading the partition's "
+                "log from its first entry"
+            )
+        if (report.unknown or report.not_sent) and not report.in_doubt:
             text += (
                 "\nsome outcomes are unknown or records were not sent: run the same command again "
                 f"(producer id {report.producer_id}); records already written are recognised and not written twice"

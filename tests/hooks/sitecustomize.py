@@ -9,6 +9,9 @@ spark-submit drivers and their Python workers alike.
   own (``setsid``), so the whole application (Spark driver, JVM, Python workers) dies
   at once, as on a machine failure. ``CTP_FAULT`` is read at each point, so a
   long-lived process can be armed later.
+* **Small producer memory.** ``CTP_TEST_PRODUCER_MEMORY=max,epochs`` sets
+  ``ctp_state.state.MAX_PRODUCERS`` and ``PRODUCER_RETENTION_EPOCHS`` (tests of what
+  happens after a partition forgot a producer).
 * **Planted bugs** for the self-tests of the simulation and the race tests:
   ``CTP_SIM_PLANT`` names one, and it is then in every process, as a bug in the code
   would be. Unset, nothing changes.
@@ -67,6 +70,14 @@ def _install() -> None:
 
 
 _install()
+
+_MEMORY = os.environ.get("CTP_TEST_PRODUCER_MEMORY")
+if _MEMORY:
+    # A partition's memory of producers made small (``MAX_PRODUCERS,RETENTION_EPOCHS``),
+    # the same in every process of a test, so that forgetting takes a few appends.
+    from ctp_state import state as _sm_memory
+
+    _sm_memory.MAX_PRODUCERS, _sm_memory.PRODUCER_RETENTION_EPOCHS = (int(x) for x in _MEMORY.split(","))
 
 _PLANT = os.environ.get("CTP_SIM_PLANT")
 
