@@ -36,7 +36,7 @@ from typing import Any
 from ctp_state import codec, crashpoints, layout
 from ctp_state import state as sm
 from ctp_state.entries import Placeholder
-from ctp_state.errors import ConfigError, CorruptData, CtpError, KeyExists, ObjectNotFound
+from ctp_state.errors import ConfigError, CorruptData, CtpError, KeyExists, ObjectNotFound, StoreError
 from ctp_state.l0 import Record
 from ctp_state.produce_trace import InDoubt, Trace, follow, of_state
 from ctp_state.producer import PartitionWriter, Producer, Verdict, write_with_retry
@@ -207,13 +207,22 @@ def produce_input(
         # forgotten the id, the log since the last progress recorded does): skip those.
         resumed: dict[tuple[str, int], int] = {}
         doubts: dict[tuple[str, int], InDoubt] = {}
-        for tp in sorted({(t, p) for t, p, _ in records}):
-            resumed[tp], trace, doubt = resume(producer.writer(*tp), progress.traces.get(tp), replay_limit)
+        writers: dict[tuple[str, int], PartitionWriter] = {}
+        sizes: dict[tuple[str, int], int] = defaultdict(int)
+        for t, p, _ in records:
+            sizes[(t, p)] += 1
+        for tp in sorted(sizes):
+            writers[tp] = producer.writer(*tp)
+            resumed[tp], trace, doubt = resume(
+                writers[tp], progress.traces.get(tp), replay_limit, damaged=progress.damaged, records=sizes[tp]
+            )
             progress.traces[tp] = trace
             if doubt is not None:
                 doubts[tp] = doubt
                 report.in_doubt.append({"topic": tp[0], "partition": tp[1], **asdict(doubt)})
-        progress.save()
+        # Recorded before anything is sent: a re-run after the partitions forgot this id
+        # depends on it. Later saves may fail (a re-run then reads more of the log).
+        progress.save(required=True)
         todo: list[tuple[str, int, Record]] = []
         for t, p, rec in records:
             seq, doubt = per_partition[(t, p)], doubts.get((t, p))
@@ -235,9 +244,9 @@ def produce_input(
         on_progress(report.duplicates + report.unknown + report.not_sent)
 
         def after_flush() -> None:
-            for tp in resumed:
+            for tp, w in writers.items():
                 if tp not in doubts:
-                    progress.follow_writer(tp, producer.writer(*tp))
+                    progress.follow_writer(tp, w)
             progress.save()
 
         def batches() -> Iterable[Chunks]:
@@ -296,42 +305,37 @@ def _other_incarnation(marker: dict[str, Any], incarnations: dict[str, str | Non
     return None
 
 
-def resume(writer: PartitionWriter, prior: Trace | None, replay_limit: int = 0) -> tuple[int, Trace, InDoubt | None]:
+def resume(
+    writer: PartitionWriter, prior: Trace | None, replay_limit: int = 0, *, damaged: bool = False, records: int = 0
+) -> tuple[int, Trace, InDoubt | None]:
     """How many of the writer's producer id's records its partition holds, the trace of
     the partition now, and the first of the id's entries whose fate cannot be told.
 
     The partition's memory answers while it remembers the id. Once it has forgotten it,
     the ``prior`` trace (from the progress record) is followed over the log entries
     appended since it was taken; an entry that trace cannot decide is settled by a fold of
-    the whole log if it is at most ``replay_limit`` entries in."""
+    the whole log if it is at most ``replay_limit`` entries in. With no ``prior`` the id
+    never wrote here -- unless the progress record is ``damaged``: then only the whole
+    log can tell, and beyond ``replay_limit`` all ``records`` of the input for this
+    partition are in doubt."""
     pid = writer.producer_id
     assert pid is not None
     held = writer.resume()
     st = writer.state
-    if prior is None or any(p.producer_id == pid for p in st.producers):
+    if any(p.producer_id == pid for p in st.producers) or (prior is None and not damaged):
         return held, of_state(st, pid), None
-    if prior.offset > st.applied_offset:  # cannot be: the progress is of another log
-        log.warning("ignoring the progress of %s/%d: it is ahead of the log", st.topic, st.partition)
-        return held, of_state(st, pid), None
-    trace, doubt = follow(prior, pid, writer.log.entries(prior.offset))
+    where = f"{st.topic}/{st.partition}"
+    if prior is not None and prior.offset <= st.applied_offset:
+        trace, doubt = follow(prior, pid, writer.log.entries(prior.offset))
+    else:  # no trace to follow: the record is damaged, or not of this log
+        log.warning("%s no longer remembers producer %s and its progress record cannot say more", where, pid)
+        trace, doubt = of_state(st, pid), InDoubt(st.applied_offset, 0, records - 1)
     if doubt is not None and doubt.log_offset <= replay_limit:
         # The trace cannot tell; the fold from the log's first entry can.
-        log.info(
-            "%s/%d: replaying its log from the first entry to learn the fate of entry %d",
-            st.topic,
-            st.partition,
-            doubt.log_offset,
-        )
+        log.info("%s: replaying its log from the first entry to learn the fate of entry %d", where, doubt.log_offset)
         trace, doubt = _replay(writer, pid), None
     if trace.held:
-        log.info(
-            "%s/%d no longer remembers producer %s: the log holds %d of its records (read from entry %d on)",
-            st.topic,
-            st.partition,
-            pid,
-            trace.held,
-            prior.offset + 1,
-        )
+        log.info("%s no longer remembers producer %s: its log holds %d of its records", where, pid, trace.held)
     writer.next_seq = trace.held
     return trace.held, trace, doubt
 
@@ -350,8 +354,10 @@ def _replay(writer: PartitionWriter, pid: str) -> Trace:
 
 class Progress:
     """The progress record of one input: per partition, a trace of its fold that a
-    re-run follows once the partition has forgotten the producer. Only ever a shortcut
-    past the partitions' memory: a record that cannot be read is ignored (and said)."""
+    re-run follows once the partition has forgotten the producer. Written before a run
+    sends anything, then after every flush (a plain overwrite: every version is true, a
+    newer one only saves reading). One that cannot be read is said, and the log is
+    replayed instead."""
 
     VERSION = 1
 
@@ -360,14 +366,19 @@ class Progress:
     ):
         self.store, self.key = store, layout.produce_progress(producer_id)
         self.producer_id, self.digest, self.records, self.incarnations = producer_id, digest, records, incarnations
+        #: The record is there but cannot be read: a partition that forgot the producer
+        #: then has only its whole log to tell what it holds.
+        self.damaged = False
         self.traces: dict[tuple[str, int], Trace] = self._read()
 
     def _read(self) -> dict[tuple[str, int], Trace]:
         try:
             body = codec.unseal(self.store.get(self.key), self.key, "produce progress")
-            if body.get("v") != self.VERSION or body.get("digest") != self.digest:
-                log.warning("ignoring %s: it records another input or version", self.key)
+            if body.get("digest") != self.digest:
+                log.warning("ignoring %s: it records another input", self.key)
                 return {}
+            if body.get("v") != self.VERSION:
+                raise CorruptData(self.key, f"produce progress version {body.get('v')!r} is not supported")
             topics, traces = body.get("topics"), {}
             for name, v in body.get("partitions", {}).items():
                 t, _, p = name.rpartition("/")
@@ -379,7 +390,8 @@ class Progress:
         except ObjectNotFound:
             return {}
         except (CorruptData, ValueError, AttributeError, TypeError) as e:
-            log.warning("ignoring %s: %s", self.key, e)
+            log.warning("cannot use %s: %s", self.key, e)
+            self.damaged = True
             return {}
 
     def follow_writer(self, tp: tuple[str, int], writer: PartitionWriter) -> None:
@@ -391,7 +403,7 @@ class Progress:
             if old is None or st.applied_offset > old.offset:
                 self.traces[tp] = of_state(st, self.producer_id)
 
-    def save(self) -> None:
+    def save(self, *, required: bool = False) -> None:
         body = {
             "v": self.VERSION,
             "producer_id": self.producer_id,
@@ -400,7 +412,20 @@ class Progress:
             "topics": self.incarnations,
             "partitions": {f"{t}/{p}": tr.encode() for (t, p), tr in sorted(self.traces.items())},
         }
+        data = codec.seal(body)
         try:
-            self.store.put(self.key, codec.seal(body))
-        except CtpError as e:  # the partitions' memory still answers a re-run within a day
+            self.store.put(self.key, data)
+        except CtpError as e:
+            try:
+                landed = self.store.get(self.key) == data  # it may have landed, its response lost
+            except CtpError:
+                landed = False
+            if landed:
+                return
+            if required:
+                raise StoreError(
+                    f"could not record the progress of producer {self.producer_id} at {self.key} ({e}); "
+                    "nothing was sent: run the same command again"
+                ) from e
+            # An older version stands: a re-run follows it over more of the log.
             log.warning("could not record the progress of producer %s: %s", self.producer_id, e)

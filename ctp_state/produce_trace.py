@@ -23,11 +23,22 @@ from dataclasses import dataclass, replace
 
 from ctp_state import layout
 from ctp_state import state as sm
-from ctp_state.entries import Advance, Entry, Placeholder, Seal
+from ctp_state.entries import Advance, Entry, Init, Placeholder, Seal
 from ctp_state.errors import CorruptData
 
 #: A trace's fields in its stored form (a list, in this order).
-FIELDS = ("held", "offset", "known", "last_epoch", "max_ub", "prev_ub", "prev_lb", "producers_ub", "sealed")
+FIELDS = (
+    "held",
+    "offset",
+    "known",
+    "last_epoch",
+    "max_ub",
+    "prev_ub",
+    "prev_lb",
+    "producers_ub",
+    "sealed",
+    "initialized",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,7 @@ class Trace:
     prev_lb: int  # lower bound of its previous applied epoch (it never decreases)
     producers_ub: int  # upper bound of how many producers the fold remembers
     sealed: bool = False  # the log took a seal: nothing after it applies
+    initialized: bool = True  # the log took its init: before it, nothing applies
 
     def encode(self) -> list[int | str | bool]:
         return [getattr(self, f) for f in FIELDS]
@@ -52,8 +64,10 @@ class Trace:
         if not isinstance(v, list) or len(v) != len(FIELDS):
             raise CorruptData(where, f"a trace is a list of {len(FIELDS)} values, got {v!r}")
         t = cls(*v)
-        if t.known not in ("yes", "no", "maybe") or not all(
-            type(getattr(t, f)) is int for f in FIELDS if f not in ("known", "sealed")
+        if (
+            t.known not in ("yes", "no", "maybe")
+            or not all(type(getattr(t, f)) is int for f in FIELDS if f not in ("known", "sealed", "initialized"))
+            or not (type(t.sealed) is bool and type(t.initialized) is bool)
         ):
             raise CorruptData(where, f"trace {v!r} does not hold the values its fields need")
         return t
@@ -86,6 +100,7 @@ def of_state(st: sm.PartitionState, producer_id: str, held_if_forgotten: int = 0
         prev_lb=prev,
         producers_ub=len(st.producers),
         sealed=st.sealed,
+        initialized=st.initialized,
     )
 
 
@@ -99,16 +114,24 @@ def follow(trace: Trace, producer_id: str, entries: Iterable[tuple[int, Entry]])
             continue
         if offset != t.offset + 1:
             raise ValueError(f"entries skip from log offset {t.offset} to {offset}")
-        if isinstance(e, Seal):
+        if t.sealed:
+            t = replace(t, offset=offset)  # nothing after a seal applies
+        elif not t.initialized:
+            # Before the init nothing applies; the init sets both applied epochs.
+            if isinstance(e, Init):
+                t = replace(t, offset=offset, initialized=True, max_ub=e.epoch, prev_ub=e.epoch, prev_lb=e.epoch)
+            else:
+                t = replace(t, offset=offset)
+        elif isinstance(e, Seal):
             t = replace(t, offset=offset, sealed=True)
         elif isinstance(e, Advance):
             t = replace(t, offset=offset, max_ub=max(t.max_ub, e.epoch), prev_ub=max(t.prev_ub, e.epoch))
-        elif isinstance(e, Placeholder) and e.producer_id == producer_id and not t.sealed:
+        elif isinstance(e, Placeholder) and e.producer_id == producer_id:
             after = _decide(t, e)
             if after is None:
                 return t, InDoubt(offset, e.sequence or 0, (e.sequence or 0) + e.record_count - 1)
             t = replace(after, offset=offset)
-        elif isinstance(e, Placeholder) and not t.sealed:
+        elif isinstance(e, Placeholder):
             t = _forgetting(
                 replace(
                     t,
@@ -118,7 +141,7 @@ def follow(trace: Trace, producer_id: str, entries: Iterable[tuple[int, Entry]])
                     producers_ub=t.producers_ub + (e.producer_id is not None),
                 )
             )
-        else:  # init, reconcile, claim, release, or anything after a seal: P's memory and the epochs stay
+        else:  # a second init (rejected), reconcile, claim, release: P's memory and the epochs stay
             t = replace(t, offset=offset)
     return t, None
 
