@@ -24,6 +24,8 @@ POINTS = (
     "gc_remove_after_l1",  # a GC removing a deleted incarnation: its L1 files gone
     "gc_remove_after_snapshots",  # ... and its snapshots
     "gc_remove_after_logs",  # ... and its logs, the removal not yet recorded
+    "publish_before_commit",  # ctp table publish: the published vector written, the table not committed
+    "publish_after_commit",  # ... the table committed, the publish not yet returned
 )
 
 _handler: Callable[[str, int], None] | None = None

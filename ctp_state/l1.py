@@ -1,8 +1,11 @@
 """L1 files: per-partition, offset-ordered Parquet readable by any engine.
 
-Each row is one record: ``offset`` (int64), ``timestamp`` (timestamp[ms, UTC]),
+Each row is one record: ``offset`` (int64), ``timestamp`` (timestamp[us, UTC]),
 ``key`` (binary, nullable), ``value`` (binary), ``headers`` (list of key/value
-structs). The file's key-value metadata names the topic, partition and offset range.
+structs), ``partition`` (int32, the same in every row: what an Iceberg table's
+``identity(partition)`` spec reads from the file's statistics). The file's key-value
+metadata names the topic, partition and offset range. Format 1 files (written before
+format 2: milliseconds, no ``partition`` column) are read as format 2 (:func:`parse_l1`).
 Keys are deterministic from (topic, partition, first offset, last offset), and a file
 is written only if its key is absent: a file at a key is never replaced. A rerun of a
 crashed reconcile, or a reconciler whose lease lapsed, that meets a file already there
@@ -28,8 +31,20 @@ from ctp_state.errors import CorruptData, KeyExists, ObjectNotFound
 from ctp_state.state import Pending
 from ctp_state.storage import ObjectStore
 
-L1_FORMAT_VERSION = "1"
+L1_FORMAT_VERSION = "2"
+#: Format 2 (Iceberg holds no millisecond timestamps, and partitions a table by a column).
 SCHEMA = pa.schema(
+    [
+        ("offset", pa.int64(), False),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", pa.list_(l0.HEADER_TYPE)),
+        ("partition", pa.int32(), False),
+    ]
+)
+#: Format 1, still read.
+SCHEMA_V1 = pa.schema(
     [
         ("offset", pa.int64(), False),
         ("timestamp", pa.timestamp("ms", tz="UTC")),
@@ -81,11 +96,22 @@ def decode_checked(chunk: Pending, data: bytes) -> pa.RecordBatch:
         raise CorruptData(
             chunk.l0_key, f"chunk at byte {chunk.byte_offset} is truncated: {len(data)} of {chunk.byte_length} bytes"
         )
-    return l0.decode_chunk(data, chunk.l0_key, expected_crc=chunk.crc32c, expected_records=chunk.record_count)
+    batch = l0.decode_chunk(data, chunk.l0_key, expected_crc=chunk.crc32c, expected_records=chunk.record_count)
+    ts = batch.column("timestamp")
+    if len(ts) - ts.null_count:
+        values = np.frombuffer(ts.buffers()[1], dtype=np.int64, count=ts.offset + len(ts))[ts.offset :]
+        if values.min() < -_MAX_MS or values.max() > _MAX_MS:  # (nulls read as whatever is there: stricter)
+            raise CorruptData(chunk.l0_key, "a record's timestamp is beyond what L1 holds in microseconds")
+    return batch
 
 
-def to_l1_table(batches: Sequence[tuple[int, pa.RecordBatch]]) -> pa.Table:
-    """Turn decoded chunks, each with its base offset, into L1 rows. Pure."""
+#: Milliseconds whose microseconds still fit an int64 (records are bounded far below at
+#: produce; chunks written before that bound could hold more).
+_MAX_MS = (2**63 - 1) // 1000
+
+
+def to_l1_table(batches: Sequence[tuple[int, pa.RecordBatch]], partition: int = 0) -> pa.Table:
+    """Turn decoded chunks of ``partition``, each with its base offset, into L1 rows. Pure."""
     tables = []
     for base, batch in batches:
         n = batch.num_rows
@@ -97,17 +123,29 @@ def to_l1_table(batches: Sequence[tuple[int, pa.RecordBatch]]) -> pa.Table:
                     pa.Array.from_buffers(
                         pa.int64(), n, [None, pa.py_buffer(np.arange(base, base + n, dtype=np.int64))]
                     ),
-                    # a zero-copy reinterpretation (int64 ms -> timestamp[ms]); a cast
-                    # would load compute kernels, ~0.5 s in every fresh Spark worker
-                    batch.column("timestamp").view(pa.timestamp("ms", tz="UTC")),
+                    _micros(batch.column("timestamp")),
                     batch.column("key"),
                     batch.column("value"),
                     batch.column("headers"),
+                    pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, partition, dtype=np.int32))]),
                 ],
                 schema=SCHEMA,
             )
         )
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+
+
+def _micros(ms: pa.Array) -> pa.Array:
+    """int64 milliseconds as timestamp[us]: numpy on the buffers, since a pyarrow cast
+    would load compute kernels (~0.5 s in every fresh Spark worker). Nulls stay null;
+    the chunk decoder has bounded the values (:func:`decode_checked`)."""
+    if len(ms) == 0:
+        return pa.array([], pa.timestamp("us", tz="UTC"))
+    validity, data = ms.buffers()
+    values = np.frombuffer(data, dtype=np.int64, count=ms.offset + len(ms)) * 1000
+    return pa.Array.from_buffers(
+        pa.timestamp("us", tz="UTC"), len(ms), [validity, pa.py_buffer(values)], ms.null_count, ms.offset
+    )
 
 
 def encode_parquet(
@@ -142,7 +180,7 @@ def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> d
     raw = [(c, store.get_range(c.l0_key, c.byte_offset, c.byte_length)) for c in f.chunks]
     t1 = time.perf_counter()
     batches = [(c.base_offset, decode_checked(c, data)) for c, data in raw]
-    table = to_l1_table(batches)
+    table = to_l1_table(batches, f.partition)
     t2 = time.perf_counter()
     data = encode_parquet(table, f.topic, f.partition, compression=compression, topic_id=f.topic_id)
     t3 = time.perf_counter()
@@ -210,6 +248,29 @@ def parse_l1(data: bytes, key: str, crc32c: int | None = None) -> pa.Table:
         table = pq.read_table(io.BytesIO(data), page_checksum_verification=True)
     except (OSError, pa.ArrowException) as e:
         raise CorruptData(key, f"L1 file does not read: {e}") from None
-    if not table.schema.remove_metadata().equals(SCHEMA):
-        raise CorruptData(key, f"L1 file's schema is not the L1 schema: {table.schema.remove_metadata()}")
+    schema = table.schema.remove_metadata()
+    if schema.equals(SCHEMA_V1):
+        return _upcast_v1(table, key)
+    if not schema.equals(SCHEMA):
+        raise CorruptData(key, f"L1 file's schema is not the L1 schema: {schema}")
     return table
+
+
+def _upcast_v1(table: pa.Table, key: str) -> pa.Table:
+    """A format 1 file's rows as format 2: microseconds, and its partition as a column."""
+    meta = table.schema.metadata or {}
+    try:
+        partition = int(meta[b"ctp.partition"])
+    except (KeyError, ValueError):
+        partition = layout.parse_l1_key(key).partition
+    return pa.Table.from_arrays(
+        [
+            table.column("offset"),
+            table.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
+            table.column("key"),
+            table.column("value"),
+            table.column("headers"),
+            pa.array([partition] * table.num_rows, pa.int32()),
+        ],
+        schema=SCHEMA.with_metadata(table.schema.metadata),
+    )

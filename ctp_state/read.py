@@ -47,12 +47,12 @@ def read_partition(
         return limit is not None and rows >= limit
 
     for f in state.committed_l1_files(from_offset):
-        if add(read_l1(store, f.key, f.crc32c).select(SCHEMA.names).cast(SCHEMA)):
+        if add(read_l1(store, f.key, f.crc32c).replace_schema_metadata(None)):
             break
     else:
         for p in state.pending:
             if p.last_offset < from_offset:
                 continue
-            if add(to_l1_table([(p.base_offset, read_chunk(store, p))])):
+            if add(to_l1_table([(p.base_offset, read_chunk(store, p))], partition)):
                 break
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()

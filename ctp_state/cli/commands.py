@@ -663,7 +663,7 @@ def read(
     table = read_partition(store, topic_name, partition, from_offset, limit)
     # Milliseconds straight from the column: no datetime conversion that a timestamp
     # outside Python's range (written before ctp bounded them) could break.
-    ms = table.column("timestamp").cast(pa.int64()).to_pylist()
+    ms = table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist()
     for row, ts in zip(table.drop_columns(["timestamp"]).to_pylist(), ms):
         headers = [(h["key"], h["value"]) for h in row["headers"] or ()]
         line = format_record(topic_name, partition, row["offset"], ts, row["key"], row["value"], headers)

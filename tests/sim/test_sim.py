@@ -176,6 +176,8 @@ def test_the_history_check_finds_a_decreasing_m_but_not_a_superseded_run():
 def test_the_model_schedules_every_crash_point_the_product_marks():
     from ctp_state import crashpoints
 
+    # (the table publish has no step in the simulation yet: tests/table kills it at its points)
+    unscheduled = {"publish_before_commit", "publish_after_commit"}
     assert sorted([p for ps in CRASH_POINTS.values() for p in ps] + list(REMOVAL_CRASH_POINTS)) == sorted(
-        crashpoints.POINTS
+        set(crashpoints.POINTS) - unscheduled
     )

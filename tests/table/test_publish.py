@@ -1,0 +1,268 @@
+"""A topic's Iceberg table holds exactly its committed records, each once: whatever
+engine reads it (pyiceberg, DuckDB, polars, Spark through the file list), whatever is
+lying in the L1 prefix (an orphan, a fenced zombie's file), however publishers race or
+die. On the local store and on S3."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+
+import pyarrow as pa
+import pytest
+
+from ctp_state import l1, layout
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.l0 import Record
+from ctp_state.producer import Producer
+from ctp_state.read import read_partition
+from ctp_state.reconcile import run_reconcile
+from ctp_state.status import read_states
+from ctp_state.table.catalog import CatalogConfig, open_catalog
+from ctp_state.table.files import data_files, published_vector
+from ctp_state.table.publish import publish
+from ctp_state.topics import create_topic, get_topic
+from tests.support import plog
+
+COLUMNS = ["partition", "offset", "timestamp", "key", "value", "headers"]
+
+
+@pytest.fixture
+def config(tmp_path) -> CatalogConfig:
+    return CatalogConfig(uri=f"sqlite:///{tmp_path}/catalog.db", namespace="ctp")
+
+
+def load(store, rounds: int = 2, partitions: int = 3, per: int = 4, tag: str = "r") -> None:
+    ce = ClusterEpoch(store)
+    for r in range(rounds):
+        ce.advance()
+        with Producer(store, epoch_ttl_s=0) as prod:
+            verdicts = prod.write(
+                [
+                    (
+                        ("t", p),
+                        [
+                            Record(f"{tag}{r}-{p}-{i}".encode(), b"k%d" % i, 1_700_000_000_000 + i, (("h", b"x"),))
+                            for i in range(per)
+                        ],
+                    )
+                    for p in range(partitions)
+                ]
+            )
+        assert all(v.accepted for v in verdicts)
+        run_reconcile(store)
+
+
+def do_publish(store, config, tmp_path):
+    t = get_topic(store, "t")
+    catalog = open_catalog(store, config, home=str(tmp_path))
+    return publish(store, catalog, t, config, read_states=lambda t: read_states(store, [t]))
+
+
+def table_of(store, config, tmp_path):
+    return open_catalog(store, config, home=str(tmp_path)).load_table(("ctp", "t"))
+
+
+def committed(store, partitions: int = 3) -> pa.Table:
+    """What ``ctp read`` returns of committed (reconciled) data, every partition."""
+    parts = []
+    for p in range(partitions):
+        st = plog(store, "t", p).read_state()
+        rows = read_partition(store, "t", p)
+        parts.append(rows.filter(pa.compute.less_equal(rows.column("offset"), st.last_reconciled_offset)))
+    return sortable(pa.concat_tables(parts))
+
+
+def sortable(t: pa.Table) -> pa.Table:
+    t = t.select(COLUMNS)
+    t = t.cast(pa.schema([(n, l1.SCHEMA.field(n).type) for n in COLUMNS]))
+    return t.sort_by([("partition", "ascending"), ("offset", "ascending")])
+
+
+def plant_strays(store) -> None:
+    """An orphan (a committed file's bytes at a key no commit names) and a fenced
+    zombie's file (other records, past the committed range) in t/0's L1 prefix."""
+    t = get_topic(store, "t")
+    (first, *_) = plog(store, "t", 0).read_state().committed_l1_keys()
+    store.put(layout.l1_key("t", 0, 900, 903, t.key_id), store.get(first))
+    zombie = l1.to_l1_table([], 0)
+    zombie = pa.table(
+        {
+            "offset": pa.array([1000], pa.int64()),
+            "timestamp": pa.array([1], pa.timestamp("us", tz="UTC")),
+            "key": pa.array([None], pa.binary()),
+            "value": pa.array([b"zombie"]),
+            "headers": pa.array([[]], l1.SCHEMA.field("headers").type),
+            "partition": pa.array([0], pa.int32()),
+        },
+        schema=zombie.schema,
+    )
+    store.put(layout.l1_key("t", 0, 1000, 1000, t.key_id), l1.encode_parquet(zombie, "t", 0, topic_id=t.key_id))
+
+
+# --- readers ---------------------------------------------------------------------------
+
+
+def read_pyiceberg(table, store) -> pa.Table:
+    return table.scan().to_arrow()
+
+
+def read_duckdb(table, store) -> pa.Table:
+    import duckdb
+    from duckdb_extensions import import_extension
+
+    con = duckdb.connect()
+    for ext in ("avro", "iceberg") + (("httpfs",) if store.url.startswith("s3://") else ()):
+        import_extension(ext, con=con)
+        con.execute(f"LOAD {ext}")
+    settings = getattr(store, "_settings", None)
+    if settings is not None:
+        endpoint = settings.endpoint_url.split("://", 1)[1]
+        con.execute(
+            f"CREATE SECRET (TYPE S3, KEY_ID '{settings.access_key_id}', SECRET '{settings.secret_access_key}', "
+            f"ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false, REGION '{settings.region}')"
+        )
+    return con.execute(f"SELECT * FROM iceberg_scan('{table.metadata_location}')").fetch_arrow_table()
+
+
+def read_polars(table, store) -> pa.Table:
+    import polars as pl
+
+    return pl.scan_iceberg(table).collect().to_arrow()
+
+
+READERS = {"pyiceberg": read_pyiceberg, "duckdb": read_duckdb, "polars": read_polars}
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_each_reader_returns_exactly_the_committed_records(store, config, tmp_path, reader):
+    create_topic(store, "t", 3)
+    load(store)
+    plant_strays(store)
+    first = do_publish(store, config, tmp_path)
+    assert first.files_added == 6 and first.records_added == 24, first.as_dict()
+    load(store, rounds=1, tag="later")
+    # records produced after the last reconcile are not committed: not in the table
+    with Producer(store, epoch_ttl_s=0) as prod:
+        assert prod.write([(("t", 1), [Record(b"pending")])])[0].accepted
+    assert do_publish(store, config, tmp_path).files_added == 3
+    got = sortable(READERS[reader](table_of(store, config, tmp_path), store))
+    want = committed(store)
+    assert got.num_rows == want.num_rows == 36
+    assert got.equals(want), (got.slice(0, 3).to_pylist(), want.slice(0, 3).to_pylist())
+
+
+def test_spark_reads_the_table_through_its_file_list(spark, store, config, tmp_path):
+    from spark_apps.table import read_files
+
+    create_topic(store, "t", 3)
+    load(store)
+    plant_strays(store)
+    do_publish(store, config, tmp_path)
+    paths = [f.path for f in data_files(table_of(store, config, tmp_path))]
+    got = sortable(read_files(spark, store.url, paths).toArrow())
+    assert got.equals(committed(store))
+
+
+def test_publishing_again_appends_nothing_and_the_vector_follows_the_logs(store, config, tmp_path):
+    create_topic(store, "t", 3)
+    load(store)
+    assert do_publish(store, config, tmp_path).files_added == 6
+    again = do_publish(store, config, tmp_path)
+    assert (again.files_added, again.attempts) == (0, 0)
+    table = table_of(store, config, tmp_path)
+    assert published_vector(store, table) == {
+        p: plog(store, "t", p).read_state().last_reconciled_offset for p in range(3)
+    }
+    assert len(table.snapshots()) == 1
+
+
+def test_racing_publishers_append_each_committed_file_once(store, config, tmp_path):
+    create_topic(store, "t", 3)
+    errors: list[BaseException] = []
+
+    def publisher() -> None:
+        try:
+            for _ in range(4):
+                do_publish(store, config, tmp_path)
+        except BaseException as e:
+            errors.append(e)
+
+    for r in range(3):
+        load(store, rounds=1, tag=f"x{r}-")
+        threads = [threading.Thread(target=publisher) for _ in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert not errors, errors
+    files = [f.path for f in data_files(table_of(store, config, tmp_path))]
+    assert len(files) == len(set(files)) == 9
+    got = sortable(read_pyiceberg(table_of(store, config, tmp_path), store))
+    assert got.equals(committed(store))
+
+
+@pytest.mark.parametrize("point", ["publish_before_commit", "publish_after_commit"])
+def test_a_publish_killed_at_either_side_of_its_commit_is_finished_by_the_next(
+    store, config, tmp_path, subprocess_env, point
+):
+    create_topic(store, "t", 3)
+    load(store)
+    env = {**subprocess_env, "CTP_FAULT": point, "CTP_CATALOG_URI": config.uri, "HOME": str(tmp_path)}
+    r = subprocess.run(["setsid", "ctp", "table", "publish"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode in (-9, 137), (r.returncode, r.stderr[-2000:])
+    env.pop("CTP_FAULT")
+    r = subprocess.run(["ctp", "table", "publish", "--json"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (out,) = json.loads(r.stdout)
+    assert out["files_added"] == (6 if point == "publish_before_commit" else 0), out
+    files = [f.path for f in data_files(table_of(store, config, tmp_path))]
+    assert len(files) == len(set(files)) == 6
+    assert sortable(read_pyiceberg(table_of(store, config, tmp_path), store)).equals(committed(store))
+
+
+def test_a_publish_killed_anywhere_leaves_each_file_in_the_table_once(store, config, tmp_path, subprocess_env):
+    """SIGKILL at a spread of moments (during the catalog commit among them), between
+    rounds of produce and reconcile; then one publish that finishes."""
+    import os
+    import signal
+    import time
+
+    create_topic(store, "t", 3)
+    env = {**subprocess_env, "CTP_CATALOG_URI": config.uri, "HOME": str(tmp_path)}
+    for r, delay in enumerate((0.3, 0.8, 1.2, 1.6, 2.0, 2.6)):
+        load(store, rounds=1, tag=f"k{r}-")
+        proc = subprocess.Popen(
+            ["ctp", "table", "publish"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        time.sleep(delay)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    r = subprocess.run(["ctp", "table", "publish"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    files = [f.path for f in data_files(table_of(store, config, tmp_path))]
+    assert len(files) == len(set(files)) == 18
+    assert sortable(read_pyiceberg(table_of(store, config, tmp_path), store)).equals(committed(store))
+
+
+def test_a_format1_file_goes_into_the_table_as_a_format2_copy(store, config, tmp_path, monkeypatch):
+    from tests.core.test_l1_format import _format1_encoder
+
+    create_topic(store, "t", 3)
+    with monkeypatch.context() as m:  # reconciled by a ctp of format 1
+        m.setattr(l1, "encode_parquet", _format1_encoder(l1.encode_parquet))
+        load(store, rounds=1)
+    load(store, rounds=1, tag="v2-")
+    out = do_publish(store, config, tmp_path)
+    assert (out.files_added, out.format1_copied) == (6, 3), out.as_dict()
+    assert sortable(read_pyiceberg(table_of(store, config, tmp_path), store)).equals(committed(store))
+    again = do_publish(store, config, tmp_path)
+    assert again.files_added == 0
