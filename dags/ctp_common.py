@@ -35,6 +35,8 @@ from ctp_state.settings import options
 EPOCH_ASSET = Asset("ctp://cluster/epoch", group="ctp")
 #: Updated by the reconcile DAG after every successful run; the GC DAG runs on it.
 RECONCILE_ASSET = Asset("ctp://reconcile/summary", group="ctp")
+#: Updated when the topics' Iceberg tables were published (after each reconcile).
+TABLE_ASSET = Asset("ctp://tables", group="ctp")
 #: Updated by the GC DAG after every run that passed the gate.
 GC_ASSET = Asset("ctp://gc/history", group="ctp")
 
@@ -48,6 +50,7 @@ class CtpConfig:
     store: str
     report_dir: str
     env: dict[str, str] = field(default_factory=dict, repr=False)  # S3 settings; may hold secrets
+    catalog_uri: str | None = field(default=None, repr=False)  # the Iceberg catalog; may hold a password
 
 
 def _home() -> str:
@@ -87,7 +90,8 @@ def resolve() -> CtpConfig:
     """The store, the report directory and S3 settings, resolved now (inside a task)."""
     store = _variable("ctp_store") or os.environ.get("CTP_STORE") or "file://" + os.path.join(_home(), "ctp", "store")
     report = _variable("ctp_report_dir") or os.environ.get("CTP_REPORT_DIR") or os.path.join(_home(), "ctp", "report")
-    return CtpConfig(store, report, _s3_env())
+    catalog = _variable("ctp_catalog_uri") or os.environ.get("CTP_CATALOG_URI") or None
+    return CtpConfig(store, report, _s3_env(), catalog)
 
 
 def open_store(cfg: CtpConfig):

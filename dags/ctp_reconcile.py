@@ -12,8 +12,17 @@ lifts their L0 chunks into per-partition L1 Parquet files, commits the new
 and writes a run summary to `runs/reconcile/` in the store. The summary JSON is in the
 task log.
 
+Then **`publish`** appends every newly committed L1 file to its topic's Apache Iceberg
+table (`<namespace>.<topic>`, exactly once: safe to retry, and beside another
+publisher), so the records reconciled are queryable by Spark, DuckDB, polars or
+pyiceberg. Catalog: Variable `ctp_catalog_uri` or `$CTP_CATALOG_URI` (a SQLAlchemy URL,
+e.g. the compose PostgreSQL, or a REST catalog); default a SQLite file inside a
+`file://` store. Namespace: `$CTP_TABLE_NAMESPACE` (default `ctp`). The task's return
+value lists, per table, the files and records added.
+
 - **Params**: `topics` (empty = all), `target_file_mb`, `idle_lag`.
-- **Updates** `ctp://reconcile/summary`, which schedules the GC DAG.
+- **Updates** `ctp://reconcile/summary` (Spark), which schedules the GC DAG, and
+  `ctp://tables` (publish).
 - **Overlap**: `max_active_runs=1`; a second reconciler (another deployment, a CLI run)
   is still safe: claims fence it.
 - **If it fails**: the log ends with the run summary and a one-line cause. A
@@ -30,8 +39,18 @@ from datetime import timedelta
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Param, dag
-from ctp_common import EPOCH_ASSET, OWNER, RECONCILE_ASSET, SPARK_CONN_ID, repo_path, resolve, settings_params
+from airflow.sdk import Param, dag, task
+from ctp_common import (
+    EPOCH_ASSET,
+    OWNER,
+    RECONCILE_ASSET,
+    SPARK_CONN_ID,
+    TABLE_ASSET,
+    open_store,
+    repo_path,
+    resolve,
+    settings_params,
+)
 
 from ctp_state.settings import ReconcileSettings, from_options, to_args
 
@@ -77,13 +96,29 @@ class CtpSparkSubmitOperator(SparkSubmitOperator):
     },
 )
 def ctp_reconcile():
-    CtpSparkSubmitOperator(
+    spark = CtpSparkSubmitOperator(
         task_id="spark_reconcile",
         application=repo_path("spark_apps", "reconcile.py"),
         conn_id=SPARK_CONN_ID,
         name="ctp-reconcile",
         outlets=[RECONCILE_ASSET],
     )
+
+    @task(outlets=[TABLE_ASSET])
+    def publish(**context) -> list[dict]:
+        """Append the newly committed L1 files to each topic's Iceberg table."""
+        from ctp_state.table.catalog import CatalogConfig
+        from ctp_state.table.jobs import publish_topics
+
+        cfg = resolve()
+        config = CatalogConfig(
+            uri=cfg.catalog_uri, namespace=CatalogConfig.from_env(os.environ).namespace
+        )
+        topics = context["params"].get("topics") or None
+        done = publish_topics(open_store(cfg), config, home=os.path.expanduser("~"), topics=topics)
+        return [p.as_dict() for p in done]
+
+    spark >> publish()
 
 
 ctp_reconcile()

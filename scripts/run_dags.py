@@ -109,6 +109,12 @@ class Driver:
             raise SystemExit(f"error: DAG {dag_id} finished {state}; task logs in {self.log_path} (tail above)")
 
 
+def table_config():
+    from ctp_state.table.catalog import CatalogConfig
+
+    return CatalogConfig.from_env(os.environ)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="produce + epoch-advance rounds")
@@ -185,6 +191,12 @@ def main() -> None:
     )
     if read_back != in_logs:
         raise SystemExit(f"error: read back {read_back} records, the logs hold {in_logs}")
+    # The reconcile DAG's publish task put the committed records into the topic's table.
+    from ctp_state.table.jobs import describe
+
+    table = describe(store, table_config(), args.topic, home=os.path.expanduser("~"))
+    published = sum(f.records for f in table.files)
+    say(f"table {table.table}: {published} records in {len(table.files)} files ({table.metadata_location})")
     out = {
         "store": redact_url(store.url),
         "airflow_home": env["AIRFLOW_HOME"],
@@ -200,6 +212,8 @@ def main() -> None:
         "l0_bytes_deleted": gc.deleted_bytes,
         "gc_status": gc.status,
         "records_read_back": read_back,
+        "records_in_table": published,
+        "table_metadata": table.metadata_location,
         "report": os.path.join(cfg.report_dir, "index.html"),
         "dag_runs": driver.runs,
     }

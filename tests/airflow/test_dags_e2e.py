@@ -38,6 +38,7 @@ def test_the_three_dags_run_end_to_end(airflow_env, store, tmp_path):
     assert all(d["state"] == "success" for d in out["dag_runs"])
     assert out["epoch_after"] == out["epoch_before"] + 3
     assert out["records_produced"] == out["records_reconciled"] == out["records_read_back"] == 9000
+    assert out["records_in_table"] == 9000  # the publish task after Spark
     # One L0 object per round, at epochs 1, 2 and 3; reconciled at C = 4, so M >= 2 and the
     # GC deleted exactly the rounds' objects at or below M, after a dry run that said so.
     assert 2 <= out["m"] < out["epoch_after"]

@@ -131,7 +131,9 @@ def test_every_connection_and_variable_the_dags_use_is_defined(compose):
     )
     conn_ids = set(re.findall(r'CONN_ID = "(\w+)"', src))
     variables = set(re.findall(r'_variable\("(\w+)"\)', src))
-    optional = {"ctp_alert_callback"}  # unset: the alert is logged and fails check_m, nobody is paged
+    # unset: the alert is logged and fails check_m, nobody is paged; the catalog comes
+    # from $CTP_CATALOG_URI (compose sets it, below)
+    optional = {"ctp_alert_callback", "ctp_catalog_uri"}
     assert conn_ids == {"spark_default", "ctp_s3"} and variables == {"ctp_store", "ctp_report_dir"} | optional
     variables -= optional
     for name in AIRFLOW:
@@ -141,6 +143,9 @@ def test_every_connection_and_variable_the_dags_use_is_defined(compose):
             assert conn["conn_type"] in ("spark", "aws"), cid
         for var in variables:
             assert env[f"AIRFLOW_VAR_{var.upper()}"], var
+        catalog = env["CTP_CATALOG_URI"]  # the compose PostgreSQL, a database of its own
+        password = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].split(":")[2].split("@")[0]
+        assert catalog == f"postgresql+psycopg://airflow:{password}@postgres:5432/ctp_catalog"
         spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
         assert (spark["host"], spark["port"]) == ("spark://spark-master", 7077)
         s3 = json.loads(env["AIRFLOW_CONN_CTP_S3"])

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import uuid
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -31,6 +33,26 @@ COLUMNS = ["partition", "offset", "timestamp", "key", "value", "headers"]
 @pytest.fixture
 def config(tmp_path) -> CatalogConfig:
     return CatalogConfig(uri=f"sqlite:///{tmp_path}/catalog.db", namespace="ctp")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def catalogs(request, tmp_path) -> Iterator[CatalogConfig]:
+    """Both SQL catalogs: a SQLite file, and a database of its own on the machine's
+    PostgreSQL (127.0.0.1:5432, as in CI)."""
+    if request.param == "sqlite":
+        yield CatalogConfig(uri=f"sqlite:///{tmp_path}/catalog.db", namespace="ctp")
+        return
+    import psycopg
+
+    name = f"ctp_cat_{uuid.uuid4().hex[:12]}"
+    admin = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield CatalogConfig(uri=f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", namespace="ctp")
+    finally:
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def load(store, rounds: int = 2, partitions: int = 3, per: int = 4, tag: str = "r") -> None:
@@ -178,7 +200,8 @@ def test_publishing_again_appends_nothing_and_the_vector_follows_the_logs(store,
     assert len(table.snapshots()) == 1
 
 
-def test_racing_publishers_append_each_committed_file_once(store, config, tmp_path):
+def test_racing_publishers_append_each_committed_file_once(store, catalogs, tmp_path):
+    config = catalogs
     create_topic(store, "t", 3)
     errors: list[BaseException] = []
 
@@ -205,8 +228,9 @@ def test_racing_publishers_append_each_committed_file_once(store, config, tmp_pa
 
 @pytest.mark.parametrize("point", ["publish_before_commit", "publish_after_commit"])
 def test_a_publish_killed_at_either_side_of_its_commit_is_finished_by_the_next(
-    store, config, tmp_path, subprocess_env, point
+    store, catalogs, tmp_path, subprocess_env, point
 ):
+    config = catalogs
     create_topic(store, "t", 3)
     load(store)
     env = {**subprocess_env, "CTP_FAULT": point, "CTP_CATALOG_URI": config.uri, "HOME": str(tmp_path)}
@@ -222,13 +246,14 @@ def test_a_publish_killed_at_either_side_of_its_commit_is_finished_by_the_next(
     assert sortable(read_pyiceberg(table_of(store, config, tmp_path), store)).equals(committed(store))
 
 
-def test_a_publish_killed_anywhere_leaves_each_file_in_the_table_once(store, config, tmp_path, subprocess_env):
+def test_a_publish_killed_anywhere_leaves_each_file_in_the_table_once(store, catalogs, tmp_path, subprocess_env):
     """SIGKILL at a spread of moments (during the catalog commit among them), between
     rounds of produce and reconcile; then one publish that finishes."""
     import os
     import signal
     import time
 
+    config = catalogs
     create_topic(store, "t", 3)
     env = {**subprocess_env, "CTP_CATALOG_URI": config.uri, "HOME": str(tmp_path)}
     for r, delay in enumerate((0.3, 0.8, 1.2, 1.6, 2.0, 2.6)):
