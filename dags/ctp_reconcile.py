@@ -111,9 +111,7 @@ def ctp_reconcile():
         from ctp_state.table.jobs import publish_topics
 
         cfg = resolve()
-        config = CatalogConfig(
-            uri=cfg.catalog_uri, namespace=CatalogConfig.from_env(os.environ).namespace
-        )
+        config = CatalogConfig(uri=cfg.catalog_uri, namespace=CatalogConfig.from_env(os.environ).namespace)
         topics = context["params"].get("topics") or None
         done = publish_topics(open_store(cfg), config, home=os.path.expanduser("~"), topics=topics)
         return [p.as_dict() for p in done]
