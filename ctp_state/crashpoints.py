@@ -21,7 +21,8 @@ POINTS = (
     "gc_before_record",  # a GC run's view and deleted-keys files written, its history record not
     "delete_after_tombstone",  # ctp topic delete: the tombstone written, no log sealed
     "delete_after_seal",  # ... partition n's log sealed (or found sealed)
-    "gc_remove_after_l1",  # a GC removing a deleted incarnation: its L1 files gone
+    "gc_remove_after_tables",  # a GC removing a deleted incarnation: its table's files gone
+    "gc_remove_after_l1",  # ... and its L1 files
     "gc_remove_after_snapshots",  # ... and its snapshots
     "gc_remove_after_logs",  # ... and its logs, the removal not yet recorded
     "publish_before_commit",  # ctp table publish: the published vector written, the table not committed

@@ -152,21 +152,26 @@ def delete_topic(
 # --- the GC's part ------------------------------------------------------------------------
 
 
-#: The order a deleted incarnation's state goes in: its logs (and their seals) last.
-REMOVAL_ORDER = (layout.L1_ROOT, layout.SNAPSHOTS_ROOT, layout.LOGS_ROOT)
+#: The order a deleted incarnation's state goes in: its Iceberg table's files first (they
+#: name L1 files), its logs (and their seals) last.
+REMOVAL_ORDER = (layout.TABLES_ROOT, layout.L1_ROOT, layout.SNAPSHOTS_ROOT, layout.LOGS_ROOT)
 
 
 def state_keys(store: ObjectStore, t: Topic, root: str) -> list[ObjectInfo]:
-    """Every key of incarnation ``t`` under ``root`` (logs, snapshots or L1). An
-    incarnation whose keys carry only its name owns the 6-digit partition directories
-    under ``<root><name>/``; an id directory there belongs to another incarnation."""
+    """Every key of incarnation ``t`` under ``root`` (its table, L1, snapshots or logs).
+    An incarnation whose keys carry only its name owns the 6-digit partition directories
+    under ``<root><name>/`` (under ``tables/<name>/``, everything but id directories);
+    an id directory there belongs to another incarnation."""
     if t.key_id is not None:
         return list(store.list(f"{root}{layout.space(t.name, t.key_id)}/"))
     top = f"{root}{t.name}/"
     out: list[ObjectInfo] = []
-    for d in store.list_level(top)[0]:
-        if layout.is_partition_dir(d, top):
+    dirs, files = store.list_level(top)
+    for d in dirs:
+        if layout.is_partition_dir(d, top) or (root == layout.TABLES_ROOT and not layout.is_id_dir(d, top)):
             out.extend(store.list(d))
+    if root == layout.TABLES_ROOT:
+        out.extend(files)
     return out
 
 

@@ -138,6 +138,12 @@ def is_partition_dir(d: str, parent: str) -> bool:
     return len(name) == 6 and name.isascii() and name.isdigit()
 
 
+def is_id_dir(d: str, parent: str) -> bool:
+    """Whether ``d`` is ``<parent><32 lowercase hex digits>/`` (an incarnation's space)."""
+    name = d[len(parent) : -1] if d.startswith(parent) and d.endswith("/") else ""
+    return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
+
+
 def log_prefix(topic: str, partition: int, topic_id: str | None = None) -> str:
     return f"{LOGS_ROOT}{space(topic, topic_id)}/{partition:06d}/"
 

@@ -7,7 +7,7 @@ the topic's committed L1 files, registered where they are. The catalog is a sett
 
 - a SQLAlchemy URL (``sqlite:////path/catalog.db``, ``postgresql+psycopg://...``) for
   pyiceberg's SQL catalog, or an ``http(s)://`` URI for a REST catalog;
-- by default a SQLite file: inside a local store (``<root>/tables/catalog.db``), or
+- by default a SQLite file: beside a local store (``<root>.catalog.db``), or
   under ``~/.ctp/catalogs/`` for an S3 store (one machine only: share a PostgreSQL
   catalog between Airflow workers).
 
@@ -54,8 +54,8 @@ class CatalogConfig:
 def default_uri(store: ObjectStore, home: str) -> str:
     """The default catalog for ``store``: a SQLite file (``home``: the user's home)."""
     root = getattr(store, "root", None)
-    if root is not None:
-        path = os.path.join(root, layout.TABLES_ROOT, "catalog.db")
+    if root is not None:  # beside the store's directory, not among its keys
+        path = root.rstrip("/") + ".catalog.db"
     else:
         digest = hashlib.sha256(store.url.encode()).hexdigest()[:16]
         path = os.path.join(home, ".ctp", "catalogs", f"{digest}.db")

@@ -67,7 +67,7 @@ def describe(store: ObjectStore, config: CatalogConfig, topic: str, *, home: str
     states = read_states(store, [t])
     try:
         table = catalog.load_table(identifier(config, t.name))
-    except NoSuchTableError:
+    except (NoSuchTableError, OSError, ValueError):  # none, or a removed incarnation's
         table = None
     if table is not None and table.properties.get("ctp.topic_id") != t.incarnation:
         table = None  # another incarnation's: the next publish replaces it

@@ -91,6 +91,12 @@ def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConf
     for _ in range(3):
         try:
             table = catalog.load_table(ident)
+        except (OSError, ValueError) as e:
+            # Registered, but its metadata is gone: the GC removed a deleted incarnation's
+            # files (its catalog entry is the one thing it cannot reach). Drop the entry.
+            log.warning("dropping table %s.%s: its metadata does not read (%s)", *ident, e)
+            catalog.drop_table(ident)
+            continue
         except NoSuchTableError:
             try:
                 return catalog.create_table(

@@ -267,7 +267,9 @@ def test_a_delete_killed_at_any_step_is_finished_by_the_gc(store, subprocess_env
     assert values(store, "t", 0) == [b"new-0", b"new-1"] and get_topic(store, "t") == new
 
 
-@pytest.mark.parametrize("point", ["gc_remove_after_l1", "gc_remove_after_snapshots", "gc_remove_after_logs"])
+@pytest.mark.parametrize(
+    "point", ["gc_remove_after_tables", "gc_remove_after_l1", "gc_remove_after_snapshots", "gc_remove_after_logs"]
+)
 def test_a_gc_killed_while_removing_is_finished_by_the_next_run(store, subprocess_env, gate, point):
     create_topic(store, "t", 2)
     load(store, "a", 3)

@@ -31,7 +31,12 @@ CRASH_POINTS = {
 }
 #: Crash points only a GC that removes a deleted incarnation reaches: drawn at random
 #: (a GC step may have nothing to remove, so they cannot be promised).
-REMOVAL_CRASH_POINTS = ("gc_remove_after_l1", "gc_remove_after_snapshots", "gc_remove_after_logs")
+REMOVAL_CRASH_POINTS = (
+    "gc_remove_after_tables",
+    "gc_remove_after_l1",
+    "gc_remove_after_snapshots",
+    "gc_remove_after_logs",
+)
 #: Fault kinds of the S3 proxy (tests/s3_fault_proxy.py), each in every S3 run's mix.
 FAULT_KINDS = (
     "slowdown_503",

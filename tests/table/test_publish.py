@@ -291,3 +291,31 @@ def test_a_format1_file_goes_into_the_table_as_a_format2_copy(store, config, tmp
     assert sortable(read_pyiceberg(table_of(store, config, tmp_path), store)).equals(committed(store))
     again = do_publish(store, config, tmp_path)
     assert again.files_added == 0
+
+
+def test_a_deleted_topics_table_goes_with_it_and_the_name_gets_a_new_table(store, config, tmp_path):
+    """``ctp topic delete``, then the GC's removal: the incarnation's table files go
+    first (its catalog entry, which the GC cannot reach, is dropped by the next publish
+    of the name); the new incarnation's table holds only its own records."""
+    from ctp_state.deletion import delete_topic
+    from ctp_state.gc import run_gc
+    from ctp_state.settings import GcSettings
+    from expectations.gate import GxGate
+
+    create_topic(store, "t", 3)
+    load(store, rounds=1, tag="old-")
+    old = get_topic(store, "t")
+    do_publish(store, config, tmp_path)
+    space = f"{layout.TABLES_ROOT}{layout.space('t', old.key_id)}/"
+    assert any(True for _ in store.list(space))
+    delete_topic(store, "t")
+    rec = run_gc(store, gate=GxGate(str(tmp_path / "report")), config=GcSettings(topic_removal_grace_s=0))
+    assert rec.topic_incarnations_removed == 1
+    assert list(store.list(space)) == []
+    create_topic(store, "t", 2)
+    load(store, rounds=1, partitions=2, tag="new-")
+    out = do_publish(store, config, tmp_path)
+    assert out.files_added == 2 and out.topic_id == get_topic(store, "t").id
+    values = sorted(read_pyiceberg(table_of(store, config, tmp_path), store).column("value").to_pylist())
+    assert values and all(v.startswith(b"new-") for v in values)
+    assert sortable(read_pyiceberg(table_of(store, config, tmp_path), store)).equals(committed(store, partitions=2))
