@@ -53,7 +53,7 @@ class CatalogConfig:
 
 def default_uri(store: ObjectStore, home: str) -> str:
     """The default catalog for ``store``: a SQLite file (``home``: the user's home)."""
-    root = getattr(store, "root", None)
+    root: str | None = getattr(store, "root", None)
     if root is not None:  # beside the store's directory, not among its keys
         path = root.rstrip("/") + ".catalog.db"
     else:
