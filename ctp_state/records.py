@@ -326,6 +326,9 @@ class GcRecord(Record, frozen=True, kw_only=True):
     topic_incarnations_waiting: int = 0  # deleted ones whose tombstone is younger than the grace period
     topic_objects_deleted: int = 0  # their logs, snapshots and L1 files
     topic_removal_errors: tuple[str, ...] = ()
+    table_snapshots_expired: int = 0  # Iceberg table snapshots this run expired
+    table_files_deleted: int = 0  # table metadata files and published vectors nothing reached
+    table_errors: tuple[str, ...] = ()  # a table this run could not maintain, and why
 
     @property
     def passed(self) -> bool:

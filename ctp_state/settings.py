@@ -198,6 +198,21 @@ class GcSettings:
         "Remove a deleted topic incarnation's logs, snapshots and L1 files once its tombstone is this old.",
         minimum=0,
     )
+    table_keep_snapshots: int = knob(
+        10,
+        "table-keep-snapshots",
+        "Keep at least this many snapshots of each topic's Iceberg table (the newest).",
+        kind=int,
+        minimum=1,
+    )
+    table_snapshot_max_age_s: float = knob(
+        7 * 86400.0,
+        "table-snapshot-max-age-hours",
+        "Expire older table snapshots beyond --table-keep-snapshots once they are this old; their "
+        "metadata files nothing reaches are deleted after --l1-grace-seconds.",
+        unit=3600,
+        minimum=0,
+    )
     tmp_grace_s: float = knob(
         3600.0,
         "tmp-grace-seconds",

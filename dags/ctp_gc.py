@@ -19,8 +19,12 @@ trigger form. Tasks:
    param the task only says it was skipped.
 3. **collect** — runs the GC: the same gate again immediately before deleting
    (the guard that protects the deletes), then deletes every L0 object with epoch ≤ M
-   and uncommitted L1 files past their grace, and appends the run to the GC history
-   (`gc/history/` in the store). With `dry_run` it only counts what it would delete.
+   and uncommitted L1 files past their grace; expires the topics' Iceberg table
+   snapshots beyond `table_keep_snapshots` older than `table_snapshot_max_age_hours`
+   and deletes the table files nothing reaches (kind `table_metadata` on the audit
+   trail; catalog as for the reconcile DAG's `publish`); and appends the run to the GC
+   history (`gc/history/` in the store). With `dry_run` it only counts what it would
+   delete.
 4. **check_m** — fails (no retry) when the run raised an **alert**: a partition is
    quarantined (a missing or corrupt L0 chunk: its M(p) cannot move until someone
    acts), or M stayed the same over the last `alert_stall_runs` GC runs (default 4)
@@ -47,6 +51,7 @@ why (reconciler lag, a quarantined chunk, a stuck claim, idle). `max_active_runs
 from __future__ import annotations
 
 import logging
+import os
 from datetime import timedelta
 
 import pendulum
@@ -85,6 +90,8 @@ def _config(params):
                 "topic_removal_grace_s",
                 "alert_stall_runs",
                 "alert_stall_epochs",
+                "table_keep_snapshots",
+                "table_snapshot_max_age_s",
             ],
         ),
         "topics": Param(
@@ -160,6 +167,8 @@ def ctp_gc():
         """Delete L0 <= M (re-checked by the same gate first) and L1 orphans; record the run."""
         from ctp_state.errors import GateFailed, StateUnreadable
         from ctp_state.gc import run_gc
+        from ctp_state.table.catalog import CatalogConfig
+        from ctp_state.table.maintenance import maintainer
         from expectations.gate import GxGate
 
         cfg = resolve()
@@ -169,9 +178,21 @@ def ctp_gc():
                 log.info("deleted %d/%d L0 objects", done, total)
 
         store = open_store(cfg)
+        config = _config(params)
+        tables = maintainer(
+            store,
+            CatalogConfig(uri=cfg.catalog_uri, namespace=CatalogConfig.from_env(os.environ).namespace),
+            home=os.path.expanduser("~"),
+            keep=config.table_keep_snapshots,
+            max_age_s=config.table_snapshot_max_age_s,
+        )
         try:
             rec = run_gc(
-                store, gate=GxGate(cfg.report_dir, store_url=store.url), config=_config(params), on_progress=progress
+                store,
+                gate=GxGate(cfg.report_dir, store_url=store.url),
+                config=config,
+                on_progress=progress,
+                tables=tables,
             )
         except (GateFailed, StateUnreadable) as e:  # nothing deleted; a person must look, not a retry
             from airflow.sdk.exceptions import AirflowFailException

@@ -12,7 +12,7 @@ import msgspec
 from ctp_state.errors import CorruptData, GateFailed, ObjectNotFound
 from ctp_state.gc import run_gc, validate
 from ctp_state.gc.history import GcHistory
-from ctp_state.gc.run import held_by
+from ctp_state.gc.run import TableMaintainer, held_by
 from ctp_state.records import GcRecord, HeldBy, Scalar
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
@@ -92,6 +92,7 @@ def gc_job(
     *,
     publish_to_store: bool = False,
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
+    tables: TableMaintainer | None = None,
 ) -> GcOutcome:
     """Run one GC behind the GX gate and write the report. A failed gate is returned in
     ``error`` (the report shows it) rather than raised, so callers report first. A report
@@ -99,7 +100,7 @@ def gc_job(
     gate = GxGate(report_dir, store_url=store.url)
     record, error = None, None
     try:
-        record = run_gc(store, gate=gate, config=config, on_progress=on_progress)
+        record = run_gc(store, gate=gate, config=config, on_progress=on_progress, tables=tables)
     except GateFailed as e:
         error = e
     page, n = write_report(store, report_dir, gate, publish_to_store=publish_to_store)

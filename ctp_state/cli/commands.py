@@ -694,7 +694,16 @@ def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="Run `ctp verify` first (every checksum and reference; slow); any error stops the GC.",
 )
 @settings_options(
-    GcSettings, ["l1_full_sweep_s", "tmp_grace_s", "topic_removal_grace_s", "alert_stall_runs", "alert_stall_epochs"]
+    GcSettings,
+    [
+        "l1_full_sweep_s",
+        "tmp_grace_s",
+        "topic_removal_grace_s",
+        "alert_stall_runs",
+        "alert_stall_epochs",
+        "table_keep_snapshots",
+        "table_snapshot_max_age_s",
+    ],
 )
 @_gc_options
 @command
@@ -705,12 +714,22 @@ def gc(
 
     Reads C, then every partition; M = min(C - 1, min M(p)); runs the checkpoint (M
     monotonic, partition states, L1 offsets) and deletes nothing if it fails; then
-    deletes L0 objects at or below M and uncommitted L1 files; records the run in the GC
-    history and writes the report.
+    deletes L0 objects at or below M and uncommitted L1 files; expires old snapshots of
+    the topics' Iceberg tables (catalog: $CTP_CATALOG_URI, as for ctp table) and deletes
+    their files nothing reaches; records the run in the GC history and writes the report.
     """
+    from ctp_state.table.catalog import CatalogConfig
+    from ctp_state.table.maintenance import maintainer
     from expectations.job import gc_job, report_dir_from_env
 
     config = from_options(GcSettings, knobs)
+    tables = maintainer(
+        store,
+        CatalogConfig.from_env(os.environ),
+        home=os.path.expanduser("~"),
+        keep=config.table_keep_snapshots,
+        max_age_s=config.table_snapshot_max_age_s,
+    )
     if verify_first:
         from ctp_state.verify import verify as run_verify
 
@@ -729,7 +748,7 @@ def gc(
         def on_progress(stage: str, done: int, total: int) -> None:
             progress.update(task, description=stage, completed=done, total=total)
 
-        out = gc_job(store, config, report_dir, publish_to_store=publish_report, on_progress=on_progress)
+        out = gc_job(store, config, report_dir, publish_to_store=publish_report, on_progress=on_progress, tables=tables)
     if out.error is not None:
         if as_json:
             emit(True, {"status": "gate_failed", "failures": out.error.failures, "report": out.report})

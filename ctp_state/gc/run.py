@@ -49,6 +49,21 @@ from ctp_state.records import GateInfo, GcAlert, GcPartitionView, GcRecord, Held
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
 
+
+@dataclass(frozen=True)
+class TableSweep:
+    """What a run's table maintenance did and found: snapshots it expired, table files
+    nothing reaches (for the run to delete), and the tables it could not maintain."""
+
+    expired: int = 0
+    unreachable: list[ObjectInfo] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+#: ``(store now, grace seconds) -> TableSweep``: a GC's hook into the topics' tables (the
+#: GC itself knows no catalog; the CLI and the DAG build one).
+TableMaintainer = Callable[[float, float], TableSweep]
+
 log = logging.getLogger(__name__)
 
 SAMPLE_KEYS = 10  # L0 keys a history record names; the full list is in its deletes Parquet
@@ -289,8 +304,11 @@ def run_gc(
     config: GcSettings = GcSettings(),
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
     clock: Callable[[], float] = time.time,
+    tables: TableMaintainer | None = None,
 ) -> GcRecord:
-    """One GC run; returns its history record. Raises :class:`GateFailed` (nothing
+    """One GC run; returns its history record. With ``tables`` (see
+    :func:`ctp_state.table.maintenance.maintainer`), it also expires the topics' Iceberg
+    table snapshots and deletes the table files nothing reaches any more. Raises :class:`GateFailed` (nothing
     deleted) when the checkpoint fails, :class:`StateUnreadable` (nothing deleted, the
     run recorded as ``failed``) when a partition's state cannot be read."""
     try:
@@ -419,6 +437,8 @@ def run_gc(
     l1_res, gc_res = GcCounters(), GcCounters()
     gc_orphans: list[ObjectInfo] = []
     removal = deletion.RemoveResult()
+    swept = TableSweep()
+    table_res = GcCounters()
 
     def deletes(planned: list[ObjectInfo], *, interrupted: bool = False) -> pa.Table:
         """Every key this run deleted (or, ``interrupted``, may have), on its audit trail."""
@@ -433,6 +453,8 @@ def run_gc(
             gc_failed=frozenset(gc_res.failed_keys),
             topic_files=removal.deleted,
             topic_failed=frozenset(removal.failed),
+            table_files=swept.unreachable,
+            table_failed=frozenset(table_res.failed_keys),
         )
 
     try:
@@ -490,6 +512,11 @@ def run_gc(
         )
         for err in removal.errors:
             log.warning("removing a deleted topic: %s", err)
+        if tables is not None:
+            swept = tables(deletion.store_now(store), config.l1_grace_s)
+            table_res = delete_objects(bulk, swept.unreachable, in_flight=config.in_flight)
+            for err in swept.errors:
+                log.warning("maintaining a topic's table: %s", err)
         l1_info.update(
             l1_orphans_deleted=l1_res.deleted,
             l1_orphan_bytes_deleted=l1_res.deleted_bytes,
@@ -499,6 +526,9 @@ def run_gc(
             topic_incarnations_waiting=len(removal.waiting),
             topic_objects_deleted=len(removal.deleted) - len(removal.failed),
             topic_removal_errors=tuple(removal.errors),
+            table_snapshots_expired=swept.expired,
+            table_files_deleted=table_res.deleted,
+            table_errors=tuple(swept.errors),
             tmp_deleted=store.sweep_temporary(config.tmp_grace_s, clock()),
         )
     except CtpError as e:
@@ -520,7 +550,13 @@ def run_gc(
                 log.warning("could not close the GC's bulk S3 client: %s", err)
     # Keys that still fail after every retry make the run "partial": M stands, the
     # objects are listed again next run. L1 watermarks only move if every orphan went.
-    failed_any = counters.delete_errors or l1_res.delete_errors or gc_res.delete_errors or removal.errors
+    failed_any = (
+        counters.delete_errors
+        or l1_res.delete_errors
+        or gc_res.delete_errors
+        or removal.errors
+        or table_res.delete_errors
+    )
     status = "partial" if failed_any else "ok"
     if p.full_sweep and not l1_res.delete_errors:  # a full sweep counts once every orphan it found went
         l1_info["l1_full_sweep_ms"] = p.started_ms

@@ -132,6 +132,8 @@ def deletes_table(
     gc_failed: frozenset[str] = frozenset(),
     topic_files: Sequence[ObjectInfo] = (),
     topic_failed: frozenset[str] = frozenset(),
+    table_files: Sequence[ObjectInfo] = (),
+    table_failed: frozenset[str] = frozenset(),
 ) -> pa.Table:
     """Every key a run deleted (a dry run: would delete), the ones that still failed
     after every retry marked ``failed``. A run ``interrupted`` part way (it failed) marks
@@ -143,21 +145,28 @@ def deletes_table(
 
     return pa.Table.from_pydict(
         {
-            "key": [o.key for o in l0] + [o.key for o in l1] + [o.key for o in gc_files] + [o.key for o in topic_files],
+            "key": [o.key for o in l0]
+            + [o.key for o in l1]
+            + [o.key for o in gc_files]
+            + [o.key for o in topic_files]
+            + [o.key for o in table_files],
             "kind": ["l0"] * len(l0)
             + ["l1_orphan"] * len(l1)
             + ["gc_orphan"] * len(gc_files)
-            + ["deleted_topic"] * len(topic_files),
+            + ["deleted_topic"] * len(topic_files)
+            + ["table_metadata"] * len(table_files),
             "epoch": [layout.parse_l0_key(o.key)[1] for o in l0]
-            + [None] * (len(l1) + len(gc_files) + len(topic_files)),
+            + [None] * (len(l1) + len(gc_files) + len(topic_files) + len(table_files)),
             "size": [o.size for o in l0]
             + [o.size for o in l1]
             + [o.size for o in gc_files]
-            + [o.size for o in topic_files],
+            + [o.size for o in topic_files]
+            + [o.size for o in table_files],
             "outcome": [outcome(o.key, l0_failed) for o in l0]
             + [outcome(o.key, l1_failed) for o in l1]
             + [outcome(o.key, set(gc_failed)) for o in gc_files]
-            + [outcome(o.key, set(topic_failed)) for o in topic_files],
+            + [outcome(o.key, set(topic_failed)) for o in topic_files]
+            + [outcome(o.key, set(table_failed)) for o in table_files],
         },
         schema=DELETES_SCHEMA,
     )

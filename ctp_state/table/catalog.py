@@ -51,14 +51,17 @@ class CatalogConfig:
         return cls(uri=env.get("CTP_CATALOG_URI") or None, namespace=env.get("CTP_TABLE_NAMESPACE") or "ctp")
 
 
-def default_uri(store: ObjectStore, home: str) -> str:
-    """The default catalog for ``store``: a SQLite file (``home``: the user's home)."""
+def default_path(store: ObjectStore, home: str) -> str:
+    """Where the default catalog of ``store`` is: a SQLite file (``home``: the user's home)."""
     root: str | None = getattr(store, "root", None)
     if root is not None:  # beside the store's directory, not among its keys
-        path = root.rstrip("/") + ".catalog.db"
-    else:
-        digest = hashlib.sha256(store.url.encode()).hexdigest()[:16]
-        path = os.path.join(home, ".ctp", "catalogs", f"{digest}.db")
+        return root.rstrip("/") + ".catalog.db"
+    digest = hashlib.sha256(store.url.encode()).hexdigest()[:16]
+    return os.path.join(home, ".ctp", "catalogs", f"{digest}.db")
+
+
+def default_uri(store: ObjectStore, home: str) -> str:
+    path = default_path(store, home)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     return "sqlite:///" + path
 

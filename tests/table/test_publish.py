@@ -319,3 +319,65 @@ def test_a_deleted_topics_table_goes_with_it_and_the_name_gets_a_new_table(store
     values = sorted(read_pyiceberg(table_of(store, config, tmp_path), store).column("value").to_pylist())
     assert values and all(v.startswith(b"new-") for v in values)
     assert sortable(read_pyiceberg(table_of(store, config, tmp_path), store)).equals(committed(store, partitions=2))
+
+
+def test_expiry_and_the_sweep_leave_a_table_that_still_reads(store, config, tmp_path):
+    """Five publishes, five snapshots; expire all but the newest two, then delete what
+    nothing reaches: the old snapshots' manifest lists and vectors go, the table still
+    reads the same in every engine, and publishing goes on."""
+    from ctp_state.table.maintenance import expire, reachable, unreachable
+
+    create_topic(store, "t", 3)
+    for r in range(5):
+        load(store, rounds=1, tag=f"e{r}-")
+        do_publish(store, config, tmp_path)
+    table = table_of(store, config, tmp_path)
+    assert len(table.snapshots()) == 5
+    before = sortable(read_pyiceberg(table, store))
+    t = get_topic(store, "t")
+    assert unreachable(store, table, t, now_s=2e9, grace_s=0) == []  # nothing to sweep yet
+    out = expire(table, keep=2, max_age_ms=0, now_ms=int(4e12))
+    assert (out.snapshots, out.kept) == (3, 2)
+    table = table_of(store, config, tmp_path)
+    young = unreachable(store, table, t, now_s=0, grace_s=60)  # all written just now: within the grace
+    assert young == []
+    gone = unreachable(store, table, t, now_s=2e9, grace_s=60)
+    assert sorted({o.key.split("/")[-2] for o in gone}) == ["metadata", "published"]
+    assert len([o for o in gone if "/published/" in o.key]) == 3
+    keep = reachable(table)
+    assert not any(o.key in keep or f"{store.url.rstrip('/')}/{o.key}" in keep for o in gone)
+    store.delete_many([o.key for o in gone])
+    table = table_of(store, config, tmp_path)
+    for reader in READERS.values():
+        assert sortable(reader(table, store)).equals(before)
+    load(store, rounds=1, tag="after-")
+    assert do_publish(store, config, tmp_path).files_added == 3
+    assert sortable(read_pyiceberg(table_of(store, config, tmp_path), store)).equals(committed(store))
+
+
+def test_the_gc_expires_snapshots_and_deletes_what_nothing_reaches_on_its_audit_trail(store, config, tmp_path):
+    from ctp_state.gc import run_gc
+    from ctp_state.gc.history import GcHistory
+    from ctp_state.settings import GcSettings
+    from ctp_state.table.maintenance import maintainer
+    from expectations.gate import GxGate
+
+    create_topic(store, "t", 2)
+    for r in range(4):
+        load(store, rounds=1, partitions=2, tag=f"g{r}-")
+        do_publish(store, config, tmp_path)
+    before = sortable(read_pyiceberg(table_of(store, config, tmp_path), store))
+    settings = GcSettings(l1_grace_s=0, table_keep_snapshots=1, table_snapshot_max_age_s=0)
+    tables = maintainer(store, config, home=str(tmp_path), keep=1, max_age_s=0)
+    rec = run_gc(store, gate=GxGate(str(tmp_path / "report")), config=settings, tables=tables)
+    assert rec.status == "ok" and rec.table_errors == ()
+    assert (rec.table_snapshots_expired, rec.table_files_deleted) == (3, rec.table_files_deleted)
+    assert rec.table_files_deleted >= 6  # 3 manifest lists and 3 vectors at least
+    trail = GcHistory(store).read_deletes(rec.deletes_key).to_pylist()
+    swept = [r for r in trail if r["kind"] == "table_metadata"]
+    assert len(swept) == rec.table_files_deleted and all(r["outcome"] == "deleted" for r in swept)
+    assert all(store.head(r["key"]) is None for r in swept)
+    table = table_of(store, config, tmp_path)
+    assert len(table.snapshots()) == 1
+    for reader in READERS.values():
+        assert sortable(reader(table, store)).equals(before)
