@@ -269,6 +269,8 @@ class Sim:
             **os.environ,
             **env,
             "CTP_STORE": url,
+            # the topic's Iceberg table (ctp table publish): a catalog of the run's own
+            "CTP_CATALOG_URI": "sqlite:///" + os.path.join(self.workdir, "catalog.db"),
             "PYTHONPATH": os.pathsep.join(path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
         }
         self.env.pop("CTP_FAULT", None)
@@ -349,7 +351,7 @@ class Sim:
                 self._check_mid_run_read(step, rows, inc if inc == self._incarnation() else None, "ctp read")
             else:
                 rep.errors[step.op] += 1
-        elif step.op in ("delete_cli", "create_cli") and rc not in (0, None) and not died:
+        elif step.op in ("delete_cli", "create_cli", "publish_cli") and rc not in (0, None) and not died:
             rep.errors[step.op] += 1
         elif step.op == "gc" and reply and "gate_failed" in reply:
             rep.violations.append(
@@ -413,6 +415,8 @@ class Sim:
             return ctp + ["topic", "delete", TOPIC, "--json"], None
         if step.op == "create_cli":
             return ctp + ["topic", "create", TOPIC, "--partitions", str(self.partitions), "--exist-ok", "--json"], None
+        if step.op == "publish_cli":
+            return ctp + ["table", "publish", "--json"], None
         if step.op == "reconcile_spark":
             exe = shutil.which("spark-submit") or os.path.join(os.path.dirname(sys.executable), "spark-submit")
             return [
@@ -663,6 +667,40 @@ class Sim:
         left = [i.key for i in self.store.list(layout.L0_ROOT)]
         if left:
             self.violation(f"{len(left)} L0 objects left after quiesce (first {left[0]})")
+        self._check_table()
+
+    def _check_table(self) -> None:
+        """One publish after the quiesce; the table then holds exactly the committed L1
+        files of the live incarnation, each once, and reads back every committed record."""
+        reply = self._do("cli", "publish_cli")
+        if self.quiesce_log[-1]["rc"] != 0:
+            self.violation(f"the final ctp table publish failed: {json.dumps(reply)[:1500]}")
+            return
+        from ctp_state.table.catalog import CatalogConfig, open_catalog
+        from ctp_state.table.files import data_files
+        from ctp_state.topics import get_topic
+
+        t = get_topic(self.store, TOPIC)
+        config = CatalogConfig(uri=self.env["CTP_CATALOG_URI"])
+        table = open_catalog(self.store, config, home=self.workdir).load_table(("ctp", TOPIC))
+        paths = [f.path for f in data_files(table)]
+        if len(paths) != len(set(paths)):
+            self.violation(f"table: {len(paths) - len(set(paths))} files appended twice")
+        want, records = set(), 0
+        for p in range(self._partitions()):
+            st = plog(self.store, TOPIC, p).read_state()
+            for ref in st.committed_l1_files():
+                want.add(f"{self.store.url.rstrip('/')}/{layout.l1_key(TOPIC, p, ref.first, ref.last, t.key_id)}")
+                records += ref.last - ref.first + 1
+        got = {p for p in paths if "/copies/" not in p}
+        if got != want:
+            self.violation(
+                f"table files differ from the committed L1 files: extra {sorted(got - want)[:3]}, "
+                f"missing {sorted(want - got)[:3]}"
+            )
+        rows = table.scan().to_arrow().num_rows
+        if rows != records:
+            self.violation(f"table reads {rows} records, the logs commit {records}")
         for key in self._l1_orphans():
             self.violation(f"L1 orphan left after quiesce: {key}")
         for what in self._deleted_left():
@@ -705,7 +743,7 @@ def _cli_row(d: dict[str, Any]) -> tuple[int, bytes, bytes | None, int, tuple[tu
 def _table_rows(table: Any) -> list[tuple[int, bytes, bytes | None, int, tuple[tuple[str, bytes], ...]]]:
     import pyarrow as pa
 
-    ms = table.column("timestamp").cast(pa.int64()).to_pylist()
+    ms = table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist()
     return [
         (r["offset"], r["value"], r["key"], ts, tuple((h["key"], h["value"]) for h in r["headers"] or []))
         for r, ts in zip(table.drop_columns(["timestamp"]).to_pylist(), ms)

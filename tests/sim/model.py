@@ -28,6 +28,7 @@ CRASH_POINTS = {
     "gc": ("gc_after_delete_batch", "gc_before_record"),
     "delete_cli": ("delete_after_tombstone", "delete_after_seal"),
     "produce_cli": ("produce_after_flush",),  # the re-run then resumes from the progress record
+    "publish_cli": ("publish_before_commit", "publish_after_commit"),  # ctp table publish
 }
 #: Crash points only a GC that removes a deleted incarnation reaches: drawn at random
 #: (a GC step may have nothing to remove, so they cannot be promised).
@@ -61,6 +62,7 @@ class Step:
     n: int
     actor: str
     op: str  # produce | resend | produce_cli | rerun_cli | advance | reconcile | gc | read | delete_cli | create_cli
+    #          | publish_cli
     args: dict[str, Any] = field(default_factory=dict)
     kill_after_ms: int | None = None  # SIGKILL the actor's process group this long after the start
     crash: str | None = None  # CTP_FAULT for this step ("point" or "point:n")
@@ -106,6 +108,8 @@ def schedule(seed: int, p: Params) -> list[Step]:
     free = [n for n in range(p.steps // 4, p.steps - 4) if n not in spark_at]
     delete_at = set(rng.sample(free, 2)) if p.steps >= 40 else set()
     create_at = {n + rng.randint(1, 4) for n in delete_at} - spark_at - delete_at
+    # Two table publishes too (each with one of its crash points), on top of drawn ones.
+    publish_at = set(rng.sample([n for n in free if n not in delete_at | create_at], 2)) if p.steps >= 40 else set()
     weights = {
         "produce": 30,
         "resend": 4,
@@ -118,6 +122,7 @@ def schedule(seed: int, p: Params) -> list[Step]:
         "read_cli": 2,
         "delete_cli": 1.5,  # ctp topic delete (the GC removes the incarnation later)
         "create_cli": 2.5,  # ctp topic create --exist-ok: a new incarnation after a delete
+        "publish_cli": 3,  # ctp table publish: the topic's Iceberg table follows the commits
     }
     ops, w = zip(*weights.items())
     for n in range(p.steps):
@@ -128,6 +133,8 @@ def schedule(seed: int, p: Params) -> list[Step]:
             if n in delete_at
             else "create_cli"
             if n in create_at
+            else "publish_cli"
+            if n in publish_at
             else rng.choices(ops, w)[0]
         )
         if op == "resend" and not any(produced.values()):
@@ -182,7 +189,7 @@ def schedule(seed: int, p: Params) -> list[Step]:
         elif op == "read_cli":
             step.actor, step.op = "cli_reader", "read_cli"
             step.args = {"partition": rng.randrange(p.partitions)}
-        elif op in ("delete_cli", "create_cli"):
+        elif op in ("delete_cli", "create_cli", "publish_cli"):
             step.actor = "cli"
         # Kills and crash points: at random moments, and each named point at least once.
         group = "reconcile" if step.op in ("reconcile", "reconcile_spark") else step.op
@@ -192,7 +199,7 @@ def schedule(seed: int, p: Params) -> list[Step]:
         # (at random in the first half; from then on, or for the rarer steps with several
         # points, at the first chance, so that every run holds every point; random ones
         # follow below all the same)
-        first_chance = 2 * n > p.steps or group in ("produce_cli", "reconcile")
+        first_chance = 2 * n > p.steps or group in ("produce_cli", "reconcile", "publish_cli")
         if due is not None and (rng.random() < 0.5 or n in delete_at or first_chance):
             step.crash = _crash_spec(crash_due.pop(due)[1], rng)
         elif group in CRASH_POINTS and rng.random() < 0.08:
@@ -219,7 +226,14 @@ def schedule(seed: int, p: Params) -> list[Step]:
 
 def _crash_spec(point: str, rng: random.Random) -> str:
     """``point`` or ``point:n``: per-item points die at item 0 or 1 (file, batch)."""
-    if point in ("after_claim", "before_commit", "delete_after_tombstone", "produce_after_flush"):
+    if point in (
+        "after_claim",
+        "before_commit",
+        "delete_after_tombstone",
+        "produce_after_flush",
+        "publish_before_commit",
+        "publish_after_commit",
+    ):
         return point  # (a produce with --batch-records 5000 flushes once here)
     return f"{point}:0" if point == "gc_after_delete_batch" else f"{point}:{rng.randint(0, 1)}"
 

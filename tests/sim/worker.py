@@ -30,7 +30,7 @@ from tests.sim.model import TOPIC, records
 def _rows(table: Any) -> list[list[Any]]:
     import pyarrow as pa
 
-    ms = table.column("timestamp").cast(pa.int64()).to_pylist()
+    ms = table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist()
     out = []
     for row, ts in zip(table.drop_columns(["timestamp"]).to_pylist(), ms):
         out.append(
