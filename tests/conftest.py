@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, settings
 
 from ctp_state.local_s3 import LocalS3, free_ports
 from ctp_state.storage import ObjectStore, S3Settings, open_store
+from ctp_state.table.catalog import CatalogConfig
 from tests.s3_fault_proxy import S3FaultProxy
 
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after
@@ -166,3 +167,31 @@ def fault_env(s3_server: LocalS3, fault_proxy: S3FaultProxy) -> dict[str, str]:
 def proxy_env(server: LocalS3 | MotoServer, proxy: S3FaultProxy, **extra: str) -> dict[str, str]:
     """A copy of ``server.env`` that reaches S3 through ``proxy``, plus ``extra``."""
     return {**server.env, "CTP_S3_ENDPOINT_URL": proxy.endpoint, **extra}
+
+
+# --- Iceberg catalogs (tests/table, tests/attack) ---
+
+
+@pytest.fixture
+def config(tmp_path) -> CatalogConfig:
+    return CatalogConfig(uri=f"sqlite:///{tmp_path}/catalog.db", namespace="ctp")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def catalogs(request, tmp_path) -> Iterator[CatalogConfig]:
+    """Both SQL catalogs: a SQLite file, and a database of its own on the machine's
+    PostgreSQL (127.0.0.1:5432, as in CI)."""
+    if request.param == "sqlite":
+        yield CatalogConfig(uri=f"sqlite:///{tmp_path}/catalog.db", namespace="ctp")
+        return
+    import psycopg
+
+    name = f"ctp_cat_{uuid.uuid4().hex[:12]}"
+    admin = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield CatalogConfig(uri=f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", namespace="ctp")
+    finally:
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -81,10 +81,16 @@ def unreachable(store: ObjectStore, table: Any, t: Topic, *, now_s: float, grace
     older than ``grace_s`` by the store's clock (``now_s``: see
     :func:`ctp_state.deletion.store_now`)."""
     keep = reachable(table)
+    # Only under the table's own location: another table of the topic (another
+    # namespace, another catalog) has its own, and nothing here reaches into it.
+    own = table.location().rstrip("/") + "/"
+    root = store.url.rstrip("/") + "/"
     space = f"{layout.TABLES_ROOT}{layout.space(t.name, t.key_id)}/"
+    if not own.startswith(root + space):
+        raise CtpError(f"table {table.name()} lives at {own}, outside the topic's space {space} in the store")
     out = []
     for sub in ("metadata/", "published/"):
-        for o in store.list(space + sub):
+        for o in store.list(own[len(root) :] + sub):
             if o.key in keep or uri_of(store, o.key) in keep:
                 continue
             if now_s - o.mtime >= grace_s:

@@ -2,7 +2,8 @@
 
 The state log stays the commit point; the table is a projection of it. Each table
 snapshot ctp commits names, in its summary (``ctp.published``), a sealed *published
-vector* in the store (``tables/<space>/published/<uuid>.json``): per partition, the last
+vector* in the store (``<table location>/published/<uuid>.json``; a table's location is
+``tables/<space>/<namespace>-<uuid>/``, its own): per partition, the last
 record offset whose L1 file is accounted for in the table. A publish
 
 1. reads the table's current snapshot and its vector;
@@ -76,50 +77,136 @@ class Published:
 
 def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConfig) -> Any:
     """The table of incarnation ``t``, created if absent (schema from L1's, partitioned by
-    ``identity(partition)``). A table left by a deleted incarnation of the name is
-    dropped first: its files go with that incarnation."""
+    ``identity(partition)``), in a location of its own under the incarnation's space.
+
+    ``t`` must be the name's live incarnation (else :class:`TopicChanged`). A table at the
+    name that belongs to a *deleted* incarnation is dropped -- only that table: the drop
+    is conditional on the metadata it was judged by, so two publishers replacing it never
+    drop each other's new table. A table of any other incarnation is never dropped."""
     from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
     from ctp_state.table.schema import iceberg_schema, partition_spec
 
     ident = identifier(config, t.name)
+    name = ".".join(ident)
+    _check_live(store, t)
     try:
         catalog.create_namespace_if_not_exists(config.namespace)
-    except Exception:
+    except Exception:  # a concurrent publish created it first (an integrity error)
         catalog.load_namespace_properties(config.namespace)  # raises if it is really not there
     mine = t.incarnation
-    for _ in range(3):
+    for _ in range(5):
         try:
             table = catalog.load_table(ident)
-        except (OSError, ValueError) as e:
-            # Registered, but its metadata is gone: the GC removed a deleted incarnation's
-            # files (its catalog entry is the one thing it cannot reach). Drop the entry.
-            log.warning("dropping table %s.%s: its metadata does not read (%s)", *ident, e)
-            catalog.drop_table(ident)
-            continue
         except NoSuchTableError:
             try:
                 return catalog.create_table(
                     ident,
                     schema=iceberg_schema(),
                     partition_spec=partition_spec(),
-                    location=location(store, t),
+                    location=f"{location(store, t)}/{config.namespace}-{uuid.uuid4().hex}",
                     properties={**NO_RETRIES, TOPIC_ID: mine, "format-version": "2"},
                 )
             except TableAlreadyExistsError:
                 continue  # a concurrent publish created it: load that one
+        except (OSError, ValueError) as e:
+            # Registered, but its metadata does not read. If the store no longer has it, the
+            # GC removed a deleted incarnation's table (the catalog entry is the one thing it
+            # cannot reach): drop that entry. Anything else is an error to look at.
+            where = registered_location(catalog, ident)
+            if where is None or store.head(_key_of(store, where)) is not None:
+                raise CtpError(f"table {name} does not load: {type(e).__name__}: {e}") from None
+            log.warning("dropping table %s: its metadata %s is gone from the store", name, where)
+            drop_if_at(catalog, ident, where)
+            continue
         theirs = table.properties.get(TOPIC_ID)
         if theirs == mine:
             return table
+        if theirs not in _deleted_incarnations(store, t.name):
+            raise TopicChanged(t, f"table {name} belongs to its incarnation {theirs}")
         log.warning(
-            "dropping table %s.%s of incarnation %s: topic %s is now incarnation %s",
-            *ident,
-            theirs,
-            t.name,
-            mine,
+            "dropping table %s of deleted incarnation %s (topic %s is incarnation %s)", name, theirs, t.name, mine
         )
-        catalog.drop_table(ident)
-    raise CtpError(f"table {'.'.join(ident)} keeps changing under this publish: another incarnation's publisher?")
+        drop_if_at(catalog, ident, table.metadata_location)
+    raise CtpError(f"table {name} keeps changing under this publish: is another publisher looping?")
+
+
+class TopicChanged(CtpError):
+    """The topic a publish was asked to publish is no longer the name's live incarnation."""
+
+    def __init__(self, t: Topic, why: str):
+        super().__init__(
+            f"topic {t.name} is no longer incarnation {t.incarnation} ({why}): deleted since this publish began; "
+            "nothing published for it"
+        )
+
+
+def _check_live(store: ObjectStore, t: Topic) -> None:
+    from ctp_state.topics import get_topic
+
+    try:
+        live = get_topic(store, t.name)
+    except CtpError as e:
+        raise TopicChanged(t, str(e)) from None
+    if live.incarnation != t.incarnation:
+        raise TopicChanged(t, f"it is incarnation {live.incarnation} now")
+
+
+def _deleted_incarnations(store: ObjectStore, name: str) -> set[str]:
+    from ctp_state.incarnations import read_name
+
+    st = read_name(store, name)
+    return {d.incarnation for d, _ in st.deleting} | {r.incarnation for r in st.removed}
+
+
+def registered_location(catalog: Any, ident: tuple[str, str]) -> str | None:
+    """The metadata location a SQL catalog's row names (None for other catalogs)."""
+    from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    if not isinstance(catalog, SqlCatalog):
+        return None
+    with Session(catalog.engine) as session:
+        row = session.execute(
+            select(IcebergTables.metadata_location).where(
+                IcebergTables.catalog_name == catalog.name,
+                IcebergTables.table_namespace == ident[0],
+                IcebergTables.table_name == ident[1],
+            )
+        ).first()
+    return row[0] if row else None
+
+
+def drop_if_at(catalog: Any, ident: tuple[str, str], metadata_location: str) -> bool:
+    """Drop the table at ``ident`` only if its catalog entry still names
+    ``metadata_location``; whether it did. A SQL catalog does it in one conditional
+    DELETE; other catalogs are re-read just before an unconditional drop."""
+    from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+    from sqlalchemy import delete
+    from sqlalchemy.orm import Session
+
+    if isinstance(catalog, SqlCatalog):
+        with Session(catalog.engine) as session:
+            res = session.execute(
+                delete(IcebergTables).where(
+                    IcebergTables.catalog_name == catalog.name,
+                    IcebergTables.table_namespace == ident[0],
+                    IcebergTables.table_name == ident[1],
+                    IcebergTables.metadata_location == metadata_location,
+                )
+            )
+            session.commit()
+            return bool(getattr(res, "rowcount", 0))
+    if catalog.load_table(ident).metadata_location != metadata_location:
+        return False
+    catalog.drop_table(ident)
+    return True
+
+
+def _key_of(store: ObjectStore, uri: str) -> str:
+    prefix = store.url.rstrip("/") + "/"
+    return uri[len(prefix) :] if uri.startswith(prefix) else uri
 
 
 def read_vector(store: ObjectStore, key: str | None) -> dict[int, int]:
@@ -134,8 +221,9 @@ def read_vector(store: ObjectStore, key: str | None) -> dict[int, int]:
     return {int(p): int(o) for p, o in body["through"]}
 
 
-def write_vector(store: ObjectStore, t: Topic, vector: dict[int, int]) -> str:
-    key = f"{layout.TABLES_ROOT}{layout.space(t.name, t.key_id)}/published/{uuid.uuid4().hex}.json"
+def write_vector(store: ObjectStore, table: Any, t: Topic, vector: dict[int, int]) -> str:
+    """A new sealed vector, under the table's own location (``.../published/``)."""
+    key = _key_of(store, table.location().rstrip("/") + f"/published/{uuid.uuid4().hex}.json")
     body = {"v": VECTOR_VERSION, "topic": t.name, "topic_id": t.id, "through": sorted(vector.items())}
     store.put_if_absent(key, codec.seal(body))
     return key
@@ -175,9 +263,19 @@ def publish(
     table = ensure_table(catalog, store, t, config)
     name = ".".join(identifier(config, t.name))
     for attempt in range(1, attempts + 1):
-        table = table.refresh()
+        try:
+            table = table.refresh()
+        except ValueError:  # the table at the name was replaced (its UUID changed): look again
+            table = ensure_table(catalog, store, t, config)
+        if table.properties.get(TOPIC_ID) != t.incarnation:
+            raise TopicChanged(t, f"table {name} belongs to incarnation {table.properties.get(TOPIC_ID)}")
         head = table.current_snapshot()
-        vector = read_vector(store, head.summary.additional_properties.get(PUBLISHED) if head else None)
+        try:
+            vector = read_vector(store, head.summary.additional_properties.get(PUBLISHED) if head else None)
+        except CorruptData:
+            if _head_moved(table, head):
+                continue  # the head moved on, and the GC swept what only the old one reached
+            raise
         todo = pending_files(read_states(t), vector)
         if not todo:
             return Published(t.name, t.id, name, head.snapshot_id if head else None, 0, 0, 0, attempt - 1, vector)
@@ -191,11 +289,18 @@ def publish(
                 copied += 1
             paths.append(uri_of(store, key))
             records += ref.last - ref.first + 1
-        vector_key = write_vector(store, t, new)
+        vector_key = write_vector(store, table, t, new)
         crashpoints.reached("publish_before_commit")
         tx = table.transaction()
-        # (no duplicate check: it reads every manifest, and the vector already proves it)
-        tx.add_files(paths, snapshot_properties={PUBLISHED: vector_key}, check_duplicate_files=False)
+        try:
+            # (no duplicate check: it reads every manifest, and the vector already proves it)
+            tx.add_files(paths, snapshot_properties={PUBLISHED: vector_key}, check_duplicate_files=False)
+        except OSError:
+            # add_files reads the head's manifest list: gone means the head moved on and
+            # the GC expired the one read here. Nothing was committed: from the new head.
+            if _head_moved(table, head):
+                continue
+            raise
         try:
             tx.commit_transaction()
         except CommitFailedException:
@@ -213,6 +318,11 @@ def publish(
             t.name, t.id, name, head.snapshot_id if head else None, len(paths), records, copied, attempt, new
         )
     raise CtpError(f"publish of {name} lost {attempts} races in a row: is another publisher looping?")
+
+
+def _head_moved(table: Any, head: Any) -> bool:
+    now = table.refresh().current_snapshot()
+    return (now.snapshot_id if now else None) != (head.snapshot_id if head else None)
 
 
 def footer_format(store: ObjectStore, key: str) -> str:

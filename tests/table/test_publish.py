@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import uuid
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -21,38 +19,13 @@ from ctp_state.producer import Producer
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
 from ctp_state.status import read_states
-from ctp_state.table.catalog import CatalogConfig, open_catalog
+from ctp_state.table.catalog import open_catalog
 from ctp_state.table.files import data_files, published_vector
 from ctp_state.table.publish import publish
 from ctp_state.topics import create_topic, get_topic
 from tests.support import plog
 
 COLUMNS = ["partition", "offset", "timestamp", "key", "value", "headers"]
-
-
-@pytest.fixture
-def config(tmp_path) -> CatalogConfig:
-    return CatalogConfig(uri=f"sqlite:///{tmp_path}/catalog.db", namespace="ctp")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def catalogs(request, tmp_path) -> Iterator[CatalogConfig]:
-    """Both SQL catalogs: a SQLite file, and a database of its own on the machine's
-    PostgreSQL (127.0.0.1:5432, as in CI)."""
-    if request.param == "sqlite":
-        yield CatalogConfig(uri=f"sqlite:///{tmp_path}/catalog.db", namespace="ctp")
-        return
-    import psycopg
-
-    name = f"ctp_cat_{uuid.uuid4().hex[:12]}"
-    admin = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield CatalogConfig(uri=f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", namespace="ctp")
-    finally:
-        with psycopg.connect(admin, autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def load(store, rounds: int = 2, partitions: int = 3, per: int = 4, tag: str = "r") -> None:
