@@ -13,8 +13,8 @@
     runs/produce/<producer id>.json             an input produced completely (ctp produce)
     runs/produce-progress/<producer id>.json    how far each partition held an input (ctp produce)
     runs/reconcile/<seq:020d>.json              reconcile run summaries (a dense sequence)
-    tables/<space>/metadata/...                 the topic's Iceberg table metadata (ctp table publish)
-    tables/<space>/published/<uuid>.json        a published vector (what a table snapshot holds)
+    tables/<space>/<ns>-<uuid>/metadata/...     a topic's Iceberg table metadata (ctp table publish)
+    tables/<space>/<ns>-<uuid>/published/...    a published vector (what a table snapshot holds)
     tables/<space>/copies/<partition:06d>/...   format 2 copies of format 1 L1 files, for the table
     gc/history/<seq:020d>.json                  GC history records (a dense sequence)
     gc/partitions/<seq:020d>-<run id>.parquet   each GC run's partition view

@@ -84,6 +84,8 @@ def test_the_gc_gate_does_not_retry_and_the_report_always_runs(dagbag):
         "grace_seconds",
         "l1_grace_seconds",
         "topic_removal_grace_seconds",
+        "table_keep_snapshots",
+        "table_snapshot_max_age_hours",
         "publish_report",
         "verify",
     }
@@ -92,10 +94,13 @@ def test_the_gc_gate_does_not_retry_and_the_report_always_runs(dagbag):
 
 def test_reconcile_submits_the_spark_app_through_spark_default(dagbag):
     dag = dagbag.dags["ctp_reconcile"]
-    (op,) = dag.tasks
+    op, publish = dag.get_task("spark_reconcile"), dag.get_task("publish")
+    assert {t.task_id for t in dag.tasks} == {"spark_reconcile", "publish"}
     assert op.conn_id == "spark_default" if hasattr(op, "conn_id") else op._conn_id == "spark_default"
     assert op.application.endswith("spark_apps/reconcile.py") and os.path.exists(op.application)
     assert [a.uri for a in op.outlets] == ["ctp://reconcile/summary"]
+    # the table follows the commits: published after the Spark app, as its own retried task
+    assert publish.upstream_task_ids == {"spark_reconcile"} and [a.uri for a in publish.outlets] == ["ctp://tables/"]
 
 
 @pytest.mark.parametrize(("dag_id", "cls_name"), [("ctp_gc", "GcSettings"), ("ctp_reconcile", "ReconcileSettings")])
