@@ -356,3 +356,39 @@ def test_the_gc_expires_snapshots_and_deletes_what_nothing_reaches_on_its_audit_
     assert len(table.snapshots()) == 1
     for reader in READERS.values():
         assert sortable(reader(table, store)).equals(before)
+
+
+def test_a_legacy_topics_table_goes_with_it_and_spares_its_successors(store, config, tmp_path):
+    """A topic created before incarnation ids keeps its keys under ``<root>/t/`` -- its
+    table under ``tables/t/<namespace>-<uuid>/`` -- beside a keyed successor's
+    ``tables/t/<id>/``. Deleting the legacy topic removes its table's files and none of
+    the successor's; both tables read exactly their own committed records throughout."""
+    from ctp_state.deletion import delete_topic
+    from ctp_state.gc import run_gc
+    from ctp_state.settings import GcSettings
+    from ctp_state.topic_meta import Topic, encode_meta
+    from expectations.gate import GxGate
+
+    store.put(layout.topic_meta("t"), encode_meta(Topic("t", 2, 1_700_000_000_000)))
+    assert create_topic(store, "t", 2, exist_ok=True).id is None  # finishes the legacy creation
+    load(store, rounds=1, partitions=2, tag="legacy-")
+    assert do_publish(store, config, tmp_path).files_added == 2
+    legacy = table_of(store, config, tmp_path)
+    legacy_dir = legacy.location().rstrip("/") + "/"
+    assert legacy_dir.startswith(f"{store.url.rstrip('/')}/{layout.TABLES_ROOT}t/ctp-")
+    delete_topic(store, "t")
+    create_topic(store, "t", 2)
+    load(store, rounds=1, partitions=2, tag="keyed-")
+    assert do_publish(store, config, tmp_path).files_added == 2
+    keyed_dir = table_of(store, config, tmp_path).location().rstrip("/") + "/"
+    root = store.url.rstrip("/") + "/"
+    keyed_before = sorted(o.key for o in store.list(keyed_dir[len(root) :]))
+    assert keyed_before and any(True for _ in store.list(legacy_dir[len(root) :]))
+    rec = run_gc(store, gate=GxGate(str(tmp_path / "report")), config=GcSettings(topic_removal_grace_s=0))
+    assert rec.topic_incarnations_removed == 1
+    assert list(store.list(legacy_dir[len(root) :])) == []
+    assert sorted(o.key for o in store.list(keyed_dir[len(root) :])) == keyed_before
+    table = table_of(store, config, tmp_path)
+    values = sorted(read_pyiceberg(table, store).column("value").to_pylist())
+    assert len(values) == 8 and all(v.startswith(b"keyed-") for v in values)
+    assert sortable(read_pyiceberg(table, store)).equals(committed(store, partitions=2))
