@@ -33,7 +33,8 @@ from ctp_state.produce_trace import follow, of_state
 from ctp_state.producer import Producer
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
-from tests.safety.test_produce_rerun import LoseAfter
+from tests.core.test_produce_trace import assert_true_of
+from tests.safety.test_produce_rerun import LoseAfter, NeverLands
 from tests.support import Wrapped, plog
 
 MEMORY = (4, 2)  # MAX_PRODUCERS, PRODUCER_RETENTION_EPOCHS
@@ -291,15 +292,7 @@ def _check_follow_against_fold(seed: int, uninitialized_prefix: bool) -> None:
         cur = nxt
     if cur.offset < 0:
         return
-    st = states[cur.offset]
-    remembered = next((p for p in st.producers if p.producer_id == P), None)
-    if cur.known == "yes":
-        assert remembered is not None and remembered.last_seq == cur.held - 1, (seed, cur, remembered)
-    elif cur.known == "no":
-        assert remembered is None, (seed, cur, remembered)
-    if st.initialized:
-        assert st.max_applied_epoch <= cur.max_ub, (seed, cur, st.max_applied_epoch)
-        assert cur.prev_lb <= st.previous_applied_epoch <= cur.prev_ub, (seed, cur, st.previous_applied_epoch)
+    assert_true_of(states[cur.offset], cur, seed)
 
 
 @pytest.mark.parametrize("seed", range(1500))
@@ -467,19 +460,6 @@ def test_two_concurrent_reruns_after_forgetting(store):
     third = produce(store, data, records)
     assert third.complete and third.accepted == 0, third.as_dict()
     assert_exactly_once(store, records, third)
-
-
-class NeverLands(LoseAfter):
-    """Lets ``ok`` creates of matching keys through; then the store is unreachable for
-    them before the next one lands."""
-
-    def put_if_absent(self, key, data):
-        if self.pattern.search(key) and self.ok == 0:
-            self.lost = True
-        self._cut(key)
-        self.inner.put_if_absent(key, data)
-        if self.pattern.search(key):
-            self.ok -= 1
 
 
 # --- 7. a progress record from a run that had already re-learned the producer -------------

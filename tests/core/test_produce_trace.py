@@ -39,6 +39,19 @@ def fold(entries):
     return states, applied
 
 
+def assert_true_of(st: sm.PartitionState, cur: Trace, seed: int) -> None:
+    """What trace ``cur`` says of the fold at its offset (the producer's memory, the
+    bounds on the applied epochs) is true of the fold's state ``st`` there."""
+    remembered = next((p for p in st.producers if p.producer_id == P), None)
+    if cur.known == "yes":
+        assert remembered is not None and remembered.last_seq == cur.held - 1, (seed, cur, remembered)
+    elif cur.known == "no":
+        assert remembered is None, (seed, cur, remembered)
+    if st.initialized:
+        assert st.max_applied_epoch <= cur.max_ub, (seed, cur, st.max_applied_epoch)
+        assert cur.prev_lb <= st.previous_applied_epoch <= cur.prev_ub, (seed, cur, st.previous_applied_epoch)
+
+
 def random_log(rng: random.Random, n: int) -> list:
     entries: list = [Init(1)]
     epoch, sent = 1, 0  # P's records the generator believes applied
@@ -90,14 +103,7 @@ def test_follow_never_contradicts_the_fold(seed):
     for off, said_applied in decided:
         assert said_applied == applied[off], (seed, off, entries[off], said_applied, applied[off])
     # and what it says of the fold's memory where it stopped is true
-    st = states[cur.offset]
-    remembered = next((p for p in st.producers if p.producer_id == P), None)
-    if cur.known == "yes":
-        assert remembered is not None and remembered.last_seq == cur.held - 1, (seed, cur, remembered)
-    elif cur.known == "no":
-        assert remembered is None, (seed, cur, remembered)
-    top = st.max_applied_epoch
-    assert top <= cur.max_ub and st.previous_applied_epoch <= cur.prev_ub and st.previous_applied_epoch >= cur.prev_lb
+    assert_true_of(states[cur.offset], cur, seed)
 
 
 def test_follow_decides_the_common_case_a_batch_that_landed_after_the_last_progress():
