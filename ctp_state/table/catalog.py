@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from ctp_state.topic_meta import Topic
 #: retries (pyiceberg would rebase a conflicting append onto the new head, and a racing
 #: publisher could then register a file twice; ctp recomputes instead).
 TOPIC_ID = "ctp.topic_id"
+_NAMESPACE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 NO_RETRIES = {"commit.retry.num-retries": "0"}
 
 
@@ -42,6 +44,15 @@ class CatalogConfig:
 
     uri: str | None = None
     namespace: str = "ctp"
+
+    def __post_init__(self) -> None:
+        # It names a directory under the topic's space in the store, and an Iceberg
+        # namespace level: a letter first, then letters, digits and underscores.
+        if not _NAMESPACE_RE.fullmatch(self.namespace):
+            raise ConfigError(
+                f"table namespace {self.namespace!r} must be 1-64 letters, digits and underscores, "
+                "starting with a letter (--namespace, $CTP_TABLE_NAMESPACE)"
+            )
 
     def __repr__(self) -> str:  # the URI may hold a password
         return f"CatalogConfig(uri={redact_url(self.uri) if self.uri else None!r}, namespace={self.namespace!r})"

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ctp_state import codec, crashpoints, layout
@@ -63,16 +63,8 @@ class Published:
     vector: dict[int, int] = field(default_factory=dict)  # partition -> last record offset accounted for
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "topic_id": self.topic_id,
-            "table": self.table,
-            "snapshot_id": self.snapshot_id,
-            "files_added": self.files_added,
-            "records_added": self.records_added,
-            "format1_copied": self.format1_copied,
-            "attempts": self.attempts,
-        }
+        """JSON for the CLI and the DAG's XCom (the vector, one entry per partition, left out)."""
+        return {k: v for k, v in asdict(self).items() if k != "vector"}
 
 
 def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConfig) -> Any:

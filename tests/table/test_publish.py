@@ -392,3 +392,20 @@ def test_a_legacy_topics_table_goes_with_it_and_spares_its_successors(store, con
     values = sorted(read_pyiceberg(table, store).column("value").to_pylist())
     assert len(values) == 8 and all(v.startswith(b"keyed-") for v in values)
     assert sortable(read_pyiceberg(table, store)).equals(committed(store, partitions=2))
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "1st", "x" * 65])
+def test_a_namespace_that_could_not_name_a_directory_is_refused_in_one_line(store, tmp_path, subprocess_env, bad):
+    """The namespace names a directory in the store: ``--namespace ../x`` must not write
+    outside the topic's space. Refused before anything is read or written."""
+    create_topic(store, "t", 1)
+    r = subprocess.run(
+        ["ctp", "table", "publish", "--namespace", bad],
+        env={**subprocess_env, "CTP_CATALOG_URI": f"sqlite:///{tmp_path}/c.db"},
+        capture_output=True,
+        text=True,
+    )
+    err = r.stderr.strip()
+    assert r.returncode != 0 and len(err.splitlines()) == 1 and "table namespace" in err, err
+    assert not (tmp_path / "c.db").exists()
+    assert not any(True for _ in store.list(layout.TABLES_ROOT))
