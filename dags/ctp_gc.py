@@ -71,6 +71,15 @@ def _config(params):
     return replace(from_options(GcSettings, params), sweep_topics=tuple(params["topics"]) or None)
 
 
+def _tables(store, cfg, config):
+    """The topics' Iceberg tables, through the catalog the deployment names."""
+    from ctp_state.table.catalog import CatalogConfig
+    from ctp_state.table.maintenance import CatalogTables
+
+    catalog = CatalogConfig(uri=cfg.catalog_uri, namespace=CatalogConfig.from_env(os.environ).namespace)
+    return CatalogTables.for_gc(store, catalog, config, home=os.path.expanduser("~"))
+
+
 @dag(
     dag_id="ctp_gc",
     schedule=[RECONCILE_ASSET],
@@ -121,7 +130,8 @@ def ctp_gc():
         from expectations.job import validate_job
 
         cfg = resolve()
-        v = validate_job(open_store(cfg), _config(params), cfg.report_dir)
+        store, config = open_store(cfg), _config(params)
+        v = validate_job(store, config, cfg.report_dir, tables=_tables(store, cfg, config))
         for f in v.failures:
             log.error("failed expectation: %s", f)
         log.info(
@@ -167,8 +177,6 @@ def ctp_gc():
         """Delete L0 <= M (re-checked by the same gate first) and L1 orphans; record the run."""
         from ctp_state.errors import GateFailed, StateUnreadable
         from ctp_state.gc import run_gc
-        from ctp_state.table.catalog import CatalogConfig
-        from ctp_state.table.maintenance import maintainer
         from expectations.gate import GxGate
 
         cfg = resolve()
@@ -179,13 +187,7 @@ def ctp_gc():
 
         store = open_store(cfg)
         config = _config(params)
-        tables = maintainer(
-            store,
-            CatalogConfig(uri=cfg.catalog_uri, namespace=CatalogConfig.from_env(os.environ).namespace),
-            home=os.path.expanduser("~"),
-            keep=config.table_keep_snapshots,
-            max_age_s=config.table_snapshot_max_age_s,
-        )
+        tables = _tables(store, cfg, config)
         try:
             rec = run_gc(
                 store,

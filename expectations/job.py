@@ -12,7 +12,8 @@ import msgspec
 from ctp_state.errors import CorruptData, GateFailed, ObjectNotFound
 from ctp_state.gc import run_gc, validate
 from ctp_state.gc.history import GcHistory
-from ctp_state.gc.run import TableMaintainer, held_by
+from ctp_state.gc.run import held_by
+from ctp_state.gc.table_hook import TableHook
 from ctp_state.records import GcRecord, HeldBy, Scalar
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
@@ -92,7 +93,7 @@ def gc_job(
     *,
     publish_to_store: bool = False,
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
-    tables: TableMaintainer | None = None,
+    tables: TableHook | None = None,
 ) -> GcOutcome:
     """Run one GC behind the GX gate and write the report. A failed gate is returned in
     ``error`` (the report shows it) rather than raised, so callers report first. A report
@@ -120,10 +121,12 @@ class Validation(msgspec.Struct, frozen=True, kw_only=True):
     held_by: tuple[HeldBy, ...]
 
 
-def validate_job(store: ObjectStore, config: GcSettings, report_dir: str) -> Validation:
+def validate_job(
+    store: ObjectStore, config: GcSettings, report_dir: str, *, tables: TableHook | None = None
+) -> Validation:
     """The gate alone: nothing is listed for deletion, deleted or recorded."""
     gate = GxGate(report_dir, store_url=store.url)
-    result, failures, p = validate(store, gate, config)
+    result, failures, p = validate(store, gate, config, tables=tables)
     return Validation(
         success=not failures,
         failures=tuple(failures),

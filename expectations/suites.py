@@ -12,6 +12,12 @@ Each suite validates one table the GC builds before it deletes anything
                      (I1: nothing pending at or below M)
 ``l1_files``         every L1 file committed since the last sweep (I2: offsets unique
                      and contiguous within a file and across files of a partition)
+``table_files``      every data file of each topic's Iceberg table head (I2 in the
+                     table: a partition's files tile its offsets from 0, no gap, no
+                     overlap, each file holds exactly the range its name gives)
+``table_partitions`` per partition of each table: published <= reconciled (the table
+                     holds nothing the state log does not commit), and the table's
+                     published vector agrees with the files it holds
 
 Pair expectations skip rows where either side is missing: a partition the previous run
 did not know has no previous lower bound; a run that did not read L1 rows has no row
@@ -163,5 +169,77 @@ def l1_files() -> gx.ExpectationSuite:
     return s
 
 
+def table_files() -> gx.ExpectationSuite:
+    s = gx.ExpectationSuite(name="table_files")
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="first_offset",
+            column_B="expected_first_offset",
+            meta={
+                "why": "I2: a partition's files in the table start at offset 0 and follow each other (no gap, no overlap)"
+            },
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="records",
+            column_B="span",
+            meta={"why": "I2: a table file holds one record per offset of its range"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="min_offset",
+            column_B="first_offset",
+            ignore_row_if=MISSING,
+            meta={"why": "a table file's offsets start where its name says"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="max_offset",
+            column_B="last_offset",
+            ignore_row_if=MISSING,
+            meta={"why": "a table file's offsets end where its name says"},
+        )
+    )
+    s.add_expectation(gxe.ExpectColumnValuesToBeUnique(column="path", meta={"why": "I2: a file is in a table once"}))
+    return s
+
+
+def table_partitions() -> gx.ExpectationSuite:
+    s = gx.ExpectationSuite(name="table_partitions")
+    s.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="reconciled_through",
+            meta={"why": "a table's partition is a partition of the topic's live incarnation"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="reconciled_through",
+            column_B="published_through",
+            or_equal=True,
+            ignore_row_if=MISSING,
+            meta={"why": "published <= reconciled: the table holds nothing its state log does not commit"},
+        )
+    )
+    s.add_expectation(
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="published_through",
+            column_B="files_through",
+            meta={"why": "the table's published vector names exactly the offsets its files hold"},
+        )
+    )
+    s.add_expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition"]))
+    return s
+
+
 #: table name -> suite builder; the GC passes tables under these names.
-SUITES = {"gc_history": gc_history, "partition_state": partition_state, "l1_files": l1_files}
+SUITES = {
+    "gc_history": gc_history,
+    "partition_state": partition_state,
+    "l1_files": l1_files,
+    "table_files": table_files,
+    "table_partitions": table_partitions,
+}

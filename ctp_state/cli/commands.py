@@ -515,14 +515,24 @@ def _read_input(store: ObjectStore, file: str) -> tuple[list[tuple[str, int, Rec
 @click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
 @command
 def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
-    """Per partition: fence window, applied epochs, lower bound, M(p), reconcile lag."""
+    """Per partition: fence window, applied epochs, lower bound, M(p), reconcile lag,
+    and the last record offset reconciled into L1 beside the last one published to the
+    topic's Iceberg table (catalog: $CTP_CATALOG_URI, as for ctp table)."""
     from ctp_state.status import facts, read_states, select_topics
+    from ctp_state.table.catalog import CatalogConfig
+    from ctp_state.table.maintenance import CatalogTables
 
     for name in topics:
         validate.topic_name(name)
     from ctp_state.gc.history import GcHistory
 
     c = ClusterEpoch(store).current()
+    # The tables first: published <= reconciled then holds in what is shown, too.
+    published, table_errors = CatalogTables(
+        store, CatalogConfig.from_env(os.environ), home=os.path.expanduser("~")
+    ).published()
+    for e in table_errors:
+        click.echo(f"warning: a topic's table does not read: {e}", err=True)
     rows = [facts(s) for s in read_states(store, select_topics(store, topics))]
     last = GcHistory(store).tail(1, unreadable=[])
     gc_last = last[-1] if last else None
@@ -545,7 +555,9 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
                 "cluster_epoch": c,
                 "store": redact_url(store.url),
                 "gc": gc_json,
-                "partitions": [encode(r) for r in rows],
+                "partitions": [
+                    {**encode(r), "published_offset": published.get((r.topic, r.partition))} for r in rows
+                ],
             },
         )
         return
@@ -559,6 +571,8 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
         "M(p)",
         "end offset",
         "lag entries/records/bytes",
+        "reconciled",
+        "published",
         "writer epoch",
         title=f"cluster epoch {c}",
     )
@@ -574,6 +588,8 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
             str(r.m),
             str(r.next_offset),
             f"{r.lag_entries}/{r.lag_records}/{r.lag_bytes}",
+            str(r.last_reconciled_offset),
+            str(published.get((r.topic, r.partition), "-")),
             str(r.writer_epoch),
         )
     emit(False, None, table if rows else "no partitions")
@@ -718,18 +734,10 @@ def gc(
     the topics' Iceberg tables (catalog: $CTP_CATALOG_URI, as for ctp table) and deletes
     their files nothing reaches; records the run in the GC history and writes the report.
     """
-    from ctp_state.table.catalog import CatalogConfig
-    from ctp_state.table.maintenance import maintainer
     from expectations.job import gc_job, report_dir_from_env
 
     config = from_options(GcSettings, knobs)
-    tables = maintainer(
-        store,
-        CatalogConfig.from_env(os.environ),
-        home=os.path.expanduser("~"),
-        keep=config.table_keep_snapshots,
-        max_age_s=config.table_snapshot_max_age_s,
-    )
+    tables = _table_hook(store, config)
     if verify_first:
         from ctp_state.verify import verify as run_verify
 
@@ -787,6 +795,14 @@ def gc(
         )
 
 
+def _table_hook(store: ObjectStore, config: GcSettings) -> Any:
+    """The topics' Iceberg tables for a GC or its gate (catalog: $CTP_CATALOG_URI, as for ctp table)."""
+    from ctp_state.table.catalog import CatalogConfig
+    from ctp_state.table.maintenance import CatalogTables
+
+    return CatalogTables.for_gc(store, CatalogConfig.from_env(os.environ), config, home=os.path.expanduser("~"))
+
+
 @main.command(name="validate")
 @_gc_options
 @command
@@ -796,7 +812,7 @@ def validate_cmd(store: ObjectStore, as_json: bool, report_dir: str | None, **kn
 
     config = from_options(GcSettings, {**knobs, "dry_run": True})
     report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env(os.environ, store.url)
-    v = validate_job(store, config, report_dir)
+    v = validate_job(store, config, report_dir, tables=_table_hook(store, config))
     if as_json:
         emit(True, encode(v))
     else:

@@ -6,6 +6,7 @@
 - :mod:`.delete` -- listing L0 up to M per spread prefix and deleting it, paced (AIMD);
 - :mod:`.l1` -- new committed L1 files checked, L1 orphans collected;
 - :mod:`.history` -- the append-only GC history and each run's partition view;
+- :mod:`.table_hook` -- what the GC asks of the topics' Iceberg tables (it knows no catalog);
 - :mod:`.run` -- one run: inputs, M, gate, deletes, record.
 """
 

@@ -43,26 +43,19 @@ from ctp_state.gc.delete import GcCounters, delete_objects, plan_l0_deletes
 from ctp_state.gc.history import PASSED, GcHistory, high_water
 from ctp_state.gc.inputs import PartitionView, gather_all, m_digest, newest_summary, quarantined_of
 from ctp_state.gc.m import Holdback, MDecision, PartitionStatus, compute_m, partition_status
-from ctp_state.gc.tables import deletes_table, history_table, partition_view_table, state_table
+from ctp_state.gc.table_hook import TableHeads, TableHook, TableSweep
+from ctp_state.gc.tables import (
+    deletes_table,
+    history_table,
+    partition_view_table,
+    state_table,
+    table_files_table,
+    table_partitions_table,
+)
 from ctp_state.incarnations import NameState
 from ctp_state.records import GateInfo, GcAlert, GcPartitionView, GcRecord, HeldBy, HistorySkip
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
-
-
-@dataclass(frozen=True)
-class TableSweep:
-    """What a run's table maintenance did and found: snapshots it expired, table files
-    nothing reaches (for the run to delete), and the tables it could not maintain."""
-
-    expired: int = 0
-    unreachable: list[ObjectInfo] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
-#: ``(store now, grace seconds) -> TableSweep``: a GC's hook into the topics' tables (the
-#: GC itself knows no catalog; the CLI and the DAG build one).
-TableMaintainer = Callable[[float, float], TableSweep]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +101,7 @@ class Prepared:
     statuses: dict[tuple[str, int], PartitionStatus] = field(default_factory=dict)  # for the operator's view
     tail: list[GcRecord] = field(default_factory=list)  # the newest history records that read
     names: list[NameState] = field(default_factory=list)  # every topic name (deleted incarnations to remove)
+    table_heads: TableHeads = field(default_factory=TableHeads)  # the topics' tables, read before the states
 
 
 def prepare(
@@ -116,8 +110,11 @@ def prepare(
     *,
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
     clock: Callable[[], float] = time.time,
+    tables: TableHook | None = None,
 ) -> Prepared:
-    """Steps 1-3: read, compute M, sweep L1 (listing only), build the gate's tables."""
+    """Steps 1-3: read, compute M, sweep L1 (listing only), build the gate's tables.
+    With ``tables``, the topics' Iceberg tables are read first (see
+    :mod:`ctp_state.gc.table_hook` for why first) and checked against the states."""
     started_ms = int(clock() * 1000)
     run_id = f"{started_ms}-{uuid.uuid4().hex[:8]}"
     history = GcHistory(store)
@@ -132,6 +129,7 @@ def prepare(
     hw_before = high_water(tail)
 
     on_progress("read", 0, 1)
+    heads = tables.heads() if tables is not None else TableHeads()
     gathered = gather_all(store, threads=config.read_threads)
     c, views = gathered.c, gathered.views
     summary = newest_summary(store)
@@ -237,6 +235,8 @@ def prepare(
         ),
         "partition_state": state_table(views, previous_lb, decision.m),
         "l1_files": gc_l1.check_table(sweeps),
+        "table_files": table_files_table(heads.heads),
+        "table_partitions": table_partitions_table(heads.heads, views),
     }
     return Prepared(
         run_id,
@@ -259,6 +259,7 @@ def prepare(
         statuses=statuses,
         tail=tail,
         names=gathered.names,
+        table_heads=heads,
     )
 
 
@@ -274,6 +275,19 @@ def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
             failures.append(
                 f"backstop: L1 file {row['key']} is missing or fails its checks "
                 "(CRC32C as committed, page checksums, schema)"
+            )
+    for row in p.frames["table_partitions"].to_pylist():  # the table follows its log, never leads it
+        rec = row["reconciled_through"]
+        if rec is not None and row["published_through"] > rec:
+            failures.append(
+                f"backstop: table {row['table']} publishes partition {row['partition']} through offset "
+                f"{row['published_through']}, its state log has reconciled only through {rec}"
+            )
+    for row in p.frames["table_files"].to_pylist():
+        if row["first_offset"] != row["expected_first_offset"]:
+            failures.append(
+                f"backstop: table {row['table']} partition {row['partition']}: file {row['path']} starts at "
+                f"offset {row['first_offset']}, expected {row['expected_first_offset']} (a gap or an overlap)"
             )
     if m is not None:  # I1, independently of the lower bounds that gave M
         low = [v for v in p.views if v.min_pending_epoch is not None and v.min_pending_epoch <= m]
@@ -304,15 +318,16 @@ def run_gc(
     config: GcSettings = GcSettings(),
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
     clock: Callable[[], float] = time.time,
-    tables: TableMaintainer | None = None,
+    tables: TableHook | None = None,
 ) -> GcRecord:
     """One GC run; returns its history record. With ``tables`` (see
-    :func:`ctp_state.table.maintenance.maintainer`), it also expires the topics' Iceberg
-    table snapshots and deletes the table files nothing reaches any more. Raises :class:`GateFailed` (nothing
+    :func:`ctp_state.table.maintenance.hook`), the gate also checks the topics' Iceberg
+    tables against their state logs, and the run expires old table snapshots and deletes
+    the table files nothing reaches any more. Raises :class:`GateFailed` (nothing
     deleted) when the checkpoint fails, :class:`StateUnreadable` (nothing deleted, the
     run recorded as ``failed``) when a partition's state cannot be read."""
     try:
-        p = prepare(store, config, on_progress=on_progress, clock=clock)
+        p = prepare(store, config, on_progress=on_progress, clock=clock, tables=tables)
     except StateUnreadable as e:
         _record_unreadable(store, config, e, clock)
         raise
@@ -513,7 +528,7 @@ def run_gc(
         for err in removal.errors:
             log.warning("removing a deleted topic: %s", err)
         if tables is not None:
-            swept = tables(deletion.store_now(store), config.l1_grace_s)
+            swept = tables.maintain(deletion.store_now(store), config.l1_grace_s)
             table_res = delete_objects(bulk, swept.unreachable, in_flight=config.in_flight)
             for err in swept.errors:
                 log.warning("maintaining a topic's table: %s", err)
@@ -528,7 +543,7 @@ def run_gc(
             topic_removal_errors=tuple(removal.errors),
             table_snapshots_expired=swept.expired,
             table_files_deleted=table_res.deleted,
-            table_errors=tuple(swept.errors),
+            table_errors=(*p.table_heads.errors, *swept.errors),
             tmp_deleted=store.sweep_temporary(config.tmp_grace_s, clock()),
         )
     except CtpError as e:

@@ -15,6 +15,7 @@ from ctp_state.records import GcRecord
 
 if TYPE_CHECKING:
     from ctp_state.gc.inputs import PartitionView
+    from ctp_state.gc.table_hook import TableHead
     from ctp_state.storage import ObjectInfo
 
 
@@ -170,3 +171,81 @@ def deletes_table(
         },
         schema=DELETES_SCHEMA,
     )
+
+
+TABLE_FILES_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("table", pa.string()),
+        ("partition", pa.int32()),
+        ("first_offset", pa.int64()),
+        ("last_offset", pa.int64()),
+        ("expected_first_offset", pa.int64()),
+        ("records", pa.int64()),
+        ("span", pa.int64()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),
+        ("path", pa.string()),
+    ]
+)
+TABLE_PARTITIONS_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("table", pa.string()),
+        ("partition", pa.int32()),
+        ("published_through", pa.int64()),
+        ("files_through", pa.int64()),
+        ("reconciled_through", pa.int64()),
+    ]
+)
+
+
+def table_files_table(heads: Sequence[TableHead]) -> pa.Table:
+    """One row per data file of each table's head, in partition and offset order, with
+    the offset the file must start at for the partition's files to tile it from 0 (I2 in
+    the table: no gap, no overlap)."""
+    rows = []
+    for h in heads:
+        expected: dict[int, int] = {}
+        for f in sorted(h.files, key=lambda f: (f.partition, f.first_offset, f.last_offset)):
+            rows.append(
+                {
+                    "topic": h.topic,
+                    "table": h.table,
+                    "partition": f.partition,
+                    "first_offset": f.first_offset,
+                    "last_offset": f.last_offset,
+                    "expected_first_offset": expected.get(f.partition, 0),
+                    "records": f.records,
+                    "span": f.last_offset - f.first_offset + 1,
+                    "min_offset": f.min_offset,
+                    "max_offset": f.max_offset,
+                    "path": f.path,
+                }
+            )
+            expected[f.partition] = f.last_offset + 1
+    return pa.Table.from_pylist(rows, schema=TABLE_FILES_SCHEMA)
+
+
+def table_partitions_table(heads: Sequence[TableHead], views: Sequence[PartitionView]) -> pa.Table:
+    """Per partition of each table: the offset its published vector names, the last
+    offset its files hold, and the last offset the partition's state log has reconciled
+    (read after the table; None for a partition of another incarnation or none read)."""
+    reconciled = {(v.topic, v.topic_id, v.partition): v.last_reconciled_offset for v in views}
+    rows = []
+    for h in heads:
+        files: dict[int, int] = {}
+        for f in h.files:
+            files[f.partition] = max(files.get(f.partition, -1), f.last_offset)
+        for p in sorted(set(h.published) | set(files)):
+            rows.append(
+                {
+                    "topic": h.topic,
+                    "table": h.table,
+                    "partition": p,
+                    "published_through": h.published.get(p, -1),
+                    "files_through": files.get(p, -1),
+                    "reconciled_through": reconciled.get((h.topic, h.topic_id, p)),
+                }
+            )
+    return pa.Table.from_pylist(rows, schema=TABLE_PARTITIONS_SCHEMA)

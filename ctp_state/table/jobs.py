@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctp_state.gc.table_hook import TableFile
 from ctp_state.status import read_states
 from ctp_state.storage import ObjectStore
 from ctp_state.table.catalog import CatalogConfig, identifier, open_catalog
-from ctp_state.table.files import DataFile, data_files, published_vector
+from ctp_state.table.files import data_files, published_vector
 from ctp_state.table.publish import Published, publish
 from ctp_state.topics import get_topic, list_topics
 
@@ -40,7 +41,7 @@ class TableView:
     snapshot_id: int | None
     snapshots: int
     metadata_location: str | None
-    files: list[DataFile]
+    files: list[TableFile]
     partitions: list[PartitionProgress]
 
     def as_dict(self) -> dict[str, Any]:

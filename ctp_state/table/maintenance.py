@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ctp_state import layout
 from ctp_state.errors import CtpError
-from ctp_state.gc.run import TableMaintainer, TableSweep
+from ctp_state.gc.table_hook import TableHeads, TableSweep
+from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
 from ctp_state.table.catalog import TOPIC_ID, CatalogConfig, default_path, identifier, open_catalog, uri_of
+from ctp_state.table.files import published_vector, table_head
 from ctp_state.table.publish import PUBLISHED
 from ctp_state.topic_meta import Topic
 from ctp_state.topics import list_topics
@@ -98,36 +101,85 @@ def unreachable(store: ObjectStore, table: Any, t: Topic, *, now_s: float, grace
     return out
 
 
-def maintainer(store: ObjectStore, config: CatalogConfig, *, home: str, keep: int, max_age_s: float) -> TableMaintainer:
-    """The GC's hook (:data:`ctp_state.gc.run.TableMaintainer`): for every live topic
-    with a table, expire its old snapshots, then find what nothing reaches. A table it
-    cannot maintain is reported, never a reason to fail the run. With the default
-    catalog and no catalog file yet (nothing ever published), it does nothing."""
+class CatalogTables:
+    """The GC's hook into the topics' tables (:class:`ctp_state.gc.table_hook.TableHook`)
+    through one catalog. A table it cannot read or maintain is reported, never a reason
+    to fail the run. With the default catalog and no catalog file yet (nothing ever
+    published), there are no tables."""
 
-    def run(now_s: float, grace_s: float) -> TableSweep:
-        if config.uri is None and not os.path.exists(default_path(store, home)):
-            return TableSweep()
+    def __init__(
+        self,
+        store: ObjectStore,
+        config: CatalogConfig,
+        *,
+        home: str,
+        keep: int = GcSettings.table_keep_snapshots,
+        max_age_s: float = GcSettings.table_snapshot_max_age_s,
+    ):
+        self.store, self.config, self.home = store, config, home
+        self.keep, self.max_age_s = keep, max_age_s
+
+    @classmethod
+    def for_gc(cls, store: ObjectStore, config: CatalogConfig, gc: GcSettings, *, home: str) -> CatalogTables:
+        """The hook a GC run with settings ``gc`` uses (keep and age of snapshots)."""
+        return cls(store, config, home=home, keep=gc.table_keep_snapshots, max_age_s=gc.table_snapshot_max_age_s)
+
+    def _tables(self, errors: list[str]) -> Iterator[tuple[Topic, Any]]:
+        """Each live topic with a table of its own incarnation, and that table."""
+        if self.config.uri is None and not os.path.exists(default_path(self.store, self.home)):
+            return
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            catalog = open_catalog(store, config, home=home)
+            catalog = open_catalog(self.store, self.config, home=self.home)
         except CtpError as e:
-            return TableSweep(errors=[str(e)])
-        expired, found, errors = 0, [], []
-        for t in list_topics(store):
-            name = ".".join(identifier(config, t.name))
+            errors.append(str(e))
+            return
+        for t in list_topics(self.store):
             try:
-                table = catalog.load_table(identifier(config, t.name))
-                if table.properties.get(TOPIC_ID) != t.incarnation:
-                    continue  # another incarnation's: the next publish of the name replaces it
-                expired += expire(
-                    table, keep=keep, max_age_ms=int(max_age_s * 1000), now_ms=int(now_s * 1000)
-                ).snapshots
-                found += unreachable(store, table.refresh(), t, now_s=now_s, grace_s=grace_s)
+                table = catalog.load_table(identifier(self.config, t.name))
             except NoSuchTableError:
                 continue
             except Exception as e:  # a catalog or a table file in trouble: report it
-                errors.append(f"{name}: {type(e).__name__}: {e}")
-        return TableSweep(expired, found, errors)
+                errors.append(f"{'.'.join(identifier(self.config, t.name))}: {type(e).__name__}: {e}")
+                continue
+            if table.properties.get(TOPIC_ID) == t.incarnation:  # else: the next publish replaces it
+                yield t, table
 
-    return run
+    def heads(self) -> TableHeads:
+        errors: list[str] = []
+        heads = []
+        for t, table in self._tables(errors):
+            try:
+                heads.append(table_head(self.store, table, t))
+            except Exception as e:
+                errors.append(f"{'.'.join(table.name())}: {type(e).__name__}: {e}")
+        return TableHeads(tuple(heads), tuple(errors))
+
+    def published(self) -> tuple[dict[tuple[str, int], int], list[str]]:
+        """Per (topic, partition) of every live topic with a table, the last record
+        offset its table's head publishes (-1: none yet); and the tables that did not
+        read. Only the heads' vectors are read, not their manifests."""
+        errors: list[str] = []
+        out: dict[tuple[str, int], int] = {}
+        for t, table in self._tables(errors):
+            try:
+                vector = published_vector(self.store, table)
+            except Exception as e:
+                errors.append(f"{'.'.join(table.name())}: {type(e).__name__}: {e}")
+                continue
+            out.update({(t.name, p): vector.get(p, -1) for p in range(t.partitions)})
+        return out, errors
+
+    def maintain(self, now_s: float, grace_s: float) -> TableSweep:
+        errors: list[str] = []
+        expired, found = 0, []
+        for t, table in self._tables(errors):
+            try:
+                expired += expire(
+                    table, keep=self.keep, max_age_ms=int(self.max_age_s * 1000), now_ms=int(now_s * 1000)
+                ).snapshots
+                found += unreachable(self.store, table.refresh(), t, now_s=now_s, grace_s=grace_s)
+            except Exception as e:
+                errors.append(f"{'.'.join(table.name())}: {type(e).__name__}: {e}")
+        return TableSweep(expired, found, errors)

@@ -33,7 +33,7 @@ from ctp_state.errors import CtpError
 from ctp_state.status import read_states
 from ctp_state.table.catalog import TOPIC_ID, CatalogConfig, open_catalog
 from ctp_state.table.files import data_files
-from ctp_state.table.maintenance import maintainer
+from ctp_state.table.maintenance import CatalogTables
 from ctp_state.table.publish import publish
 from ctp_state.topics import create_topic, get_topic
 from tests.table.test_publish import (
@@ -235,8 +235,8 @@ def test_the_gc_of_one_namespace_leaves_another_namespaces_table_of_the_topic_re
         load(store, rounds=1, tag=f"n{r}-")
         do_publish(store, main, tmp_path)
         do_publish(store, mirror, tmp_path)
-    m = maintainer(store, main, home=str(tmp_path), keep=1, max_age_s=0)
-    sweep = m(store_now(store) + 7200, 3600)
+    m = CatalogTables(store, main, home=str(tmp_path), keep=1, max_age_s=0)
+    sweep = m.maintain(store_now(store) + 7200, 3600)
     assert not sweep.errors, sweep.errors
     store.delete_many([o.key for o in sweep.unreachable])
     assert_exact(store, main, tmp_path)
@@ -267,7 +267,7 @@ def test_a_partly_swept_other_namespace_table_is_not_left_unreadable_for_good(st
     load(store, rounds=1, tag="p1-")
     do_publish(store, main, tmp_path)
     do_publish(store, mirror, tmp_path)
-    sweep = maintainer(store, main, home=str(tmp_path), keep=10, max_age_s=1e9)(store_now(store), 2.5)
+    sweep = CatalogTables(store, main, home=str(tmp_path), keep=10, max_age_s=1e9).maintain(store_now(store), 2.5)
     assert not sweep.errors, sweep.errors
     store.delete_many([o.key for o in sweep.unreachable])
     assert_exact(store, main, tmp_path)
@@ -305,8 +305,8 @@ def test_a_publisher_with_a_stale_head_survives_expiry_and_sweep_of_that_snapsho
         if not fired:
             fired.append(1)
             assert do_publish(store, config, tmp_path).files_added == 3  # B: S3
-            m = maintainer(store, config, home=str(tmp_path), keep=1, max_age_s=0)
-            sweep = m(store_now(store) + 7200, 3600)
+            m = CatalogTables(store, config, home=str(tmp_path), keep=1, max_age_s=0)
+            sweep = m.maintain(store_now(store) + 7200, 3600)
             assert not sweep.errors and sweep.expired == 2, sweep
             store.delete_many([o.key for o in sweep.unreachable])
         return got

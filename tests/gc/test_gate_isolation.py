@@ -28,6 +28,7 @@ from ctp_state.errors import ConfigError
 from ctp_state.gc import STATE_SCHEMA, history_table
 from ctp_state.gc.history import GcHistory
 from ctp_state.gc.l1 import L1_CHECK_SCHEMA
+from ctp_state.gc.tables import TABLE_FILES_SCHEMA, TABLE_PARTITIONS_SCHEMA
 from ctp_state.read import committed_l1_keys
 from ctp_state.records import GcRecord
 from ctp_state.settings import GcSettings
@@ -218,6 +219,8 @@ def gate_frames(*, duplicated_offset: bool = False) -> dict[str, pa.Table]:
         "gc_history": history,
         "partition_state": state,
         "l1_files": pa.Table.from_pylist(files, schema=L1_CHECK_SCHEMA),
+        "table_files": TABLE_FILES_SCHEMA.empty_table(),
+        "table_partitions": TABLE_PARTITIONS_SCHEMA.empty_table(),
     }
 
 
@@ -337,7 +340,7 @@ def test_gate_runs_are_named_by_the_gc_run_and_keep_their_own_pages(store, tmp_p
             entry = json.load(f)
         assert (entry["gc_run_id"], entry["seq"], entry["m"]) == (rec.run_id, rec.seq, rec.m)
         pages = entry["pages"]
-        assert set(pages) == {"gc_history", "partition_state", "l1_files"}
+        assert set(pages) == {"gc_history", "partition_state", "l1_files", "table_files", "table_partitions"}
         for suite, rel in pages.items():
             assert rel.startswith(f"validations/{suite}/{name}/")
             assert os.path.isfile(os.path.join(site, rel))

@@ -333,7 +333,7 @@ def test_the_gc_expires_snapshots_and_deletes_what_nothing_reaches_on_its_audit_
     from ctp_state.gc import run_gc
     from ctp_state.gc.history import GcHistory
     from ctp_state.settings import GcSettings
-    from ctp_state.table.maintenance import maintainer
+    from ctp_state.table.maintenance import CatalogTables
     from expectations.gate import GxGate
 
     create_topic(store, "t", 2)
@@ -343,7 +343,7 @@ def test_the_gc_expires_snapshots_and_deletes_what_nothing_reaches_on_its_audit_
     before = sortable(read_pyiceberg(table_of(store, config, tmp_path), store))
     time.sleep(1.5)  # the GC ages snapshots by the store's clock: S3 mtimes are whole seconds
     settings = GcSettings(l1_grace_s=0, table_keep_snapshots=1, table_snapshot_max_age_s=0)
-    tables = maintainer(store, config, home=str(tmp_path), keep=1, max_age_s=0)
+    tables = CatalogTables(store, config, home=str(tmp_path), keep=1, max_age_s=0)
     rec = run_gc(store, gate=GxGate(str(tmp_path / "report")), config=settings, tables=tables)
     assert rec.status == "ok" and rec.table_errors == ()
     assert (rec.table_snapshots_expired, rec.table_files_deleted) == (3, rec.table_files_deleted)
