@@ -25,6 +25,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset, Param
@@ -51,6 +52,12 @@ class CtpConfig:
     report_dir: str
     env: dict[str, str] = field(default_factory=dict, repr=False)  # S3 settings; may hold secrets
     catalog_uri: str | None = field(default=None, repr=False)  # the Iceberg catalog; may hold a password
+
+
+def default_args(*, retries: int, retry_delay: timedelta, execution_timeout: timedelta) -> dict[str, Any]:
+    """Every ctp DAG's task defaults: the owner, and how often and how long its tasks
+    may try (which differs per DAG)."""
+    return {"owner": OWNER, "retries": retries, "retry_delay": retry_delay, "execution_timeout": execution_timeout}
 
 
 def _home() -> str:

@@ -25,7 +25,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import dag, task
-from ctp_common import EPOCH_ASSET, OWNER, open_store, resolve
+from ctp_common import EPOCH_ASSET, default_args, open_store, resolve
 
 log = logging.getLogger(__name__)
 INTERVAL = timedelta(minutes=float(os.environ.get("CTP_EPOCH_INTERVAL_MINUTES", "5")))
@@ -39,12 +39,7 @@ INTERVAL = timedelta(minutes=float(os.environ.get("CTP_EPOCH_INTERVAL_MINUTES", 
     max_active_runs=1,  # one advance per tick is the point; overlap would only skip ahead
     tags=["ctp", "epoch"],
     doc_md=__doc__,
-    default_args={
-        "owner": OWNER,
-        "retries": 3,
-        "retry_delay": timedelta(seconds=30),
-        "execution_timeout": timedelta(minutes=2),
-    },
+    default_args=default_args(retries=3, retry_delay=timedelta(seconds=30), execution_timeout=timedelta(minutes=2)),
 )
 def ctp_epoch_advance():
     @task(outlets=[EPOCH_ASSET])

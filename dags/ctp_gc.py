@@ -56,7 +56,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import Param, dag, task
-from ctp_common import GC_ASSET, OWNER, RECONCILE_ASSET, on_ctp_alert, open_store, resolve, settings_params
+from ctp_common import GC_ASSET, RECONCILE_ASSET, default_args, on_ctp_alert, open_store, resolve, settings_params
 
 from ctp_state.settings import GcSettings
 
@@ -114,12 +114,7 @@ def _tables(store, cfg, config):
             False, type="boolean", description="Run `ctp verify` (every checksum and reference; slow) before deleting."
         ),
     },
-    default_args={
-        "owner": OWNER,
-        "retries": 1,
-        "retry_delay": timedelta(minutes=1),
-        "execution_timeout": timedelta(hours=1),
-    },
+    default_args=default_args(retries=1, retry_delay=timedelta(minutes=1), execution_timeout=timedelta(hours=1)),
 )
 def ctp_gc():
     @task(retries=0)

@@ -42,10 +42,10 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Param, dag, task
 from ctp_common import (
     EPOCH_ASSET,
-    OWNER,
     RECONCILE_ASSET,
     SPARK_CONN_ID,
     TABLE_ASSET,
+    default_args,
     open_store,
     repo_path,
     resolve,
@@ -88,12 +88,7 @@ class CtpSparkSubmitOperator(SparkSubmitOperator):
         "topics": Param([], type="array", items={"type": "string"}, description="Only these topics; empty for all."),
         **settings_params(ReconcileSettings, FORM),
     },
-    default_args={
-        "owner": OWNER,
-        "retries": 2,
-        "retry_delay": timedelta(minutes=1),
-        "execution_timeout": timedelta(hours=2),
-    },
+    default_args=default_args(retries=2, retry_delay=timedelta(minutes=1), execution_timeout=timedelta(hours=2)),
 )
 def ctp_reconcile():
     spark = CtpSparkSubmitOperator(

@@ -31,7 +31,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import Param, dag, task
-from ctp_common import OWNER, open_store, resolve
+from ctp_common import default_args, open_store, resolve
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +51,7 @@ log = logging.getLogger(__name__)
             "", type="string", description="Only this incarnation (from `ctp topic list`); empty: the live one."
         ),
     },
-    default_args={
-        "owner": OWNER,
-        "retries": 2,
-        "retry_delay": timedelta(seconds=30),
-        "execution_timeout": timedelta(minutes=30),
-    },
+    default_args=default_args(retries=2, retry_delay=timedelta(seconds=30), execution_timeout=timedelta(minutes=30)),
 )
 def ctp_topic_delete():
     @task(retries=0)
