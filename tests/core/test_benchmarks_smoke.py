@@ -63,3 +63,31 @@ def test_the_reconcile_benchmark_reconciles_every_record_and_reports_its_ratios(
     assert out["raw_2_threads_durable"]["sync_seconds"] >= 0
     for ratio in ("ratio_spark_to_raw", "ratio_spark_to_raw_durable", "ratio_spark_median_to_raw"):
         assert out[ratio] > 0, ratio
+
+
+@pytest.mark.slow
+def test_the_table_benchmark_publishes_every_record_and_every_reader_agrees():
+    """Tiny: the reconcile+publish path publishes every reconciled record (asserted per
+    run), the four readers of the scan part return the same count and bytes (asserted
+    inside), and each publish of the partitions part adds one file per touched partition."""
+    out = _bench(
+        "benchmarks/bench_table.py",
+        "--gib",
+        "0.004",
+        "--partitions-1gib",
+        "4",
+        "--partitions",
+        "40",
+        "--repeat",
+        "1",
+        timeout=600,
+    )
+    rec = out["reconcile"]
+    assert rec["reconcile_publish"]["runs"][0]["files_published"] >= 4
+    assert rec["ratio_publish_overhead"] > -1
+    scan = out["scan"]
+    assert scan["records"] == rec["produce"]["records"] and scan["files"] >= 4
+    assert scan["ratio_duckdb_table_to_files"] > 0 and scan["ratio_polars_table_to_files"] > 0
+    (wide,) = out["partitions"]
+    assert [wide[r]["files_added"] for r in ("first", "second", "one_percent")] == [40, 40, 1]
+    assert wide["one_percent"]["table_metadata_bytes"] > wide["first"]["table_metadata_bytes"] > 0
