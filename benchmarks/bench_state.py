@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from ctp_state import layout
+from ctp_state import layout, window
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Claim, Placeholder, encode
 from ctp_state.fence import EpochFence
@@ -34,7 +34,7 @@ from ctp_state.topics import create_topic, get_topic
 
 
 def _fence() -> EpochFence:
-    box = [sm.slide(sm.PartitionState("t", 0), 1)]
+    box = [window.slide(sm.PartitionState("t", 0), 1)]
     return EpochFence(lambda: box[0], lambda v: box.__setitem__(0, v), threading.Lock())
 
 

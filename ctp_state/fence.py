@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ctp_state import state as sm
+from ctp_state import window
 from ctp_state.errors import StaleClusterEpoch
 
 
@@ -84,8 +85,8 @@ class EpochFence:
             try:
                 while True:
                     st = self._get()
-                    verdict = sm.classify(st, epoch)
-                    if verdict == sm.IN_WINDOW:
+                    verdict = window.classify(st, epoch)
+                    if verdict == window.IN_WINDOW:
                         # Writers waiting to slide get priority so a stream of
                         # in-window fences cannot starve a new epoch.
                         if self._writer or (self._writers_waiting and not waiting_as_writer):
@@ -95,7 +96,7 @@ class EpochFence:
                         self.probes.same_epoch_fences += 1
                         self._record_size(st.window)
                         return
-                    if verdict == sm.STALE:
+                    if verdict == window.STALE:
                         w = st.window
                         self.probes.stale_rejections += 1
                         self.probes.last_rejected_gap = w[0] - epoch  # type: ignore[index]
@@ -115,7 +116,7 @@ class EpochFence:
         # Exclusive: slide the window, then downgrade to shared.
         try:
             with self._state_lock:
-                st = sm.slide(self._get(), epoch)
+                st = window.slide(self._get(), epoch)
                 self._set(st)
         finally:
             with self._cond:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ctp_state import entries as en
-from ctp_state import layout
+from ctp_state import layout, snapshot, window
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Claim, Entry, Init, Release
 from ctp_state.errors import (
@@ -147,7 +147,7 @@ class PartitionLog:
         except ObjectNotFound:
             return self.empty_state()
         try:
-            st = sm.decode_snapshot(data, key)
+            st = snapshot.decode_snapshot(data, key)
             if (st.topic, st.partition, st.topic_id) != (self.topic, self.partition, self.topic_id):
                 raise CorruptData(
                     key, f"snapshot belongs to {st.topic}/{st.partition} of incarnation {st.topic_id or 'legacy'}"
@@ -184,7 +184,7 @@ class PartitionLog:
             self._snapshot_offset = -1
             state = self.catch_up(self.empty_state())
         self._maybe_snapshot(state)
-        return sm.recover(state)
+        return window.recover(state)
 
     def entries(self, after: int = -1, *, reach: bool = False) -> Iterator[tuple[int, Entry]]:
         """Yield ``(offset, entry)`` for every entry after log offset ``after``. With
@@ -254,7 +254,7 @@ class PartitionLog:
     def write_snapshot(self, state: sm.PartitionState) -> None:
         # A plain overwrite is safe: snapshots are deterministic and a racing writer
         # that installs an older one only makes the next reader's tail longer.
-        self.store.put(layout.snapshot(self.topic, self.partition, self.topic_id), sm.encode_snapshot(state))
+        self.store.put(layout.snapshot(self.topic, self.partition, self.topic_id), snapshot.encode_snapshot(state))
         self._snapshot_offset = max(self._snapshot_offset, state.applied_offset)
 
     # --- appending ---

@@ -19,9 +19,8 @@ import time
 import pytest
 
 from ctp_state import entries as en
-from ctp_state import layout
+from ctp_state import layout, snapshot
 from ctp_state import reconcile as rc
-from ctp_state import state as sm
 from ctp_state.entries import AccessMode
 from ctp_state.errors import StateUnreadable
 from ctp_state.gc import run_gc
@@ -157,7 +156,7 @@ def test_a_snapshot_repaired_mid_run_is_not_reinstalled_by_the_read_back(fstore,
     assert len(true_state.producers) == 1
     forged = dataclasses.replace(true_state.persisted, producers=())
     snap_key = layout.snapshot("t", 0, key_id(store, "t"))
-    store.put(snap_key, sm.encode_snapshot(forged))
+    store.put(snap_key, snapshot.encode_snapshot(forged))
     assert log.read_snapshot(strict=True).producers == ()  # passes every check readers make
 
     def operator_repairs():

@@ -16,7 +16,11 @@ from tests.support import plog
 def make_fence(window: tuple[int, int] | None) -> tuple[EpochFence, list[sm.PartitionState]]:
     s = sm.PartitionState("t", 0)
     if window:
-        s = sm.slide(sm.slide(s, window[0]), window[1]) if window[0] != window[1] else sm.slide(s, window[0])
+        s = (
+            window.slide(window.slide(s, window[0]), window[1])
+            if window[0] != window[1]
+            else window.slide(s, window[0])
+        )
     box = [s]
     lock = threading.Lock()
     return EpochFence(lambda: box[0], lambda v: box.__setitem__(0, v), lock), box

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ctp_state import layout
+from ctp_state import layout, snapshot
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile
 
@@ -119,7 +119,7 @@ class Cluster(RuleBasedStateMachine):
 
     @rule(p=st.integers(0, PARTITIONS - 1))
     def recover_from_snapshot(self, p: int) -> None:
-        restored = sm.decode_snapshot(sm.encode_snapshot(self.states[p]), "k")
+        restored = snapshot.decode_snapshot(snapshot.encode_snapshot(self.states[p]), "k")
         assert restored == self.states[p]
         assert restored.window == (restored.max_applied_epoch, restored.max_applied_epoch)
         self.states[p] = restored
@@ -167,5 +167,5 @@ def test_replay_equals_entry_by_entry_apply_across_a_snapshot(epochs, cut):
     for i, e in enumerate(entries):
         one_by_one = sm.apply(one_by_one, i, e).state
     head = sm.replay(sm.PartitionState("t", 0), 0, entries[: cut + 1])
-    restored = sm.decode_snapshot(sm.encode_snapshot(head), "k")
+    restored = snapshot.decode_snapshot(snapshot.encode_snapshot(head), "k")
     assert sm.replay(restored, cut + 1, entries[cut + 1 :]) == one_by_one

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctp_state import layout
+from ctp_state import layout, snapshot, window
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release
 from ctp_state.errors import (
@@ -48,10 +48,10 @@ class Log:
 
 
 def fence(s: sm.PartitionState, epoch: int) -> sm.PartitionState:
-    verdict = sm.classify(s, epoch)
-    if verdict == sm.STALE:
+    verdict = window.classify(s, epoch)
+    if verdict == window.STALE:
         raise StaleClusterEpoch(s.topic, s.partition, epoch, s.window)
-    return sm.slide(s, epoch) if verdict == sm.NEWER else s
+    return window.slide(s, epoch) if verdict == window.NEWER else s
 
 
 def test_window_slides_empty_then_n_then_pairs():
@@ -71,8 +71,8 @@ def test_non_contiguous_epochs_slide_and_accept_the_gap():
     s = fence(s, 10)
     assert s.window == (6, 10)
     for e in (7, 8, 9):
-        assert sm.classify(s, e) == sm.IN_WINDOW
-    assert sm.classify(s, 5) == sm.STALE
+        assert window.classify(s, e) == window.IN_WINDOW
+    assert window.classify(s, 5) == window.STALE
 
 
 def test_arrivals_out_of_order_reject_the_older():
@@ -90,9 +90,9 @@ def test_rapid_transitions_keep_only_the_last_two():
         s = fence(s, e)
     assert s.window == (12, 13)
     for e in (12, 13):
-        assert sm.classify(s, e) == sm.IN_WINDOW
+        assert window.classify(s, e) == window.IN_WINDOW
     for e in (11, 10):
-        assert sm.classify(s, e) == sm.STALE
+        assert window.classify(s, e) == window.STALE
 
 
 # --- R2: apply-time check ----------------------------------------------------------------
@@ -330,11 +330,11 @@ def test_snapshot_roundtrip_drops_the_window_and_recovery_collapses_it():
     log.claim()
     log.add(ph(6, n=3))
     log.add(ph(8, n=2))
-    s = sm.slide(log.state, 11)  # an in-process fence moved the window ahead
+    s = window.slide(log.state, 11)  # an in-process fence moved the window ahead
     assert s.window == (8, 11)
-    data = sm.encode_snapshot(s)
+    data = snapshot.encode_snapshot(s)
     assert b"max_seen" not in data and b"oldest_accepted" not in data
-    restored = sm.decode_snapshot(data, "k")
+    restored = snapshot.decode_snapshot(data, "k")
     assert restored == s  # every persisted field survives
     assert restored.window == (8, 8)  # [max_applied]
 
@@ -346,7 +346,7 @@ def test_replay_after_snapshot_equals_full_replay():
         log.add(ph(e))
     mid = 4
     head = sm.replay(sm.PartitionState(T, P), 0, log.entries[: mid + 1])
-    snap = sm.decode_snapshot(sm.encode_snapshot(head), "k")
+    snap = snapshot.decode_snapshot(snapshot.encode_snapshot(head), "k")
     tail = sm.replay(snap, mid + 1, log.entries[mid + 1 :])
     assert tail == log.state
 
