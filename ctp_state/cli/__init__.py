@@ -1,12 +1,23 @@
 """The ``ctp`` command line, at the edge of the library.
 
-- :mod:`.commands` -- the click commands: parse, call the library, print;
-- :mod:`.table` -- ``ctp table``: a topic's Iceberg table;
+- :mod:`.framework` -- the click group, ``--store``/``--json``, one-line errors, output;
+- :mod:`.cmd_topic` -- ``ctp topic`` and ``ctp epoch``;
+- :mod:`.cmd_produce` -- ``ctp produce``;
+- :mod:`.cmd_data` -- ``ctp status``, ``reconcile``, ``read`` and ``demo``;
+- :mod:`.cmd_gc` -- ``ctp gc``, ``validate`` and ``verify``;
+- :mod:`.cmd_table` -- ``ctp table``: a topic's Iceberg table;
 - :mod:`.spark` -- starting a local SparkSession for ``ctp reconcile`` and ``ctp demo``;
 - :mod:`.demo` -- the end-to-end flow ``ctp demo`` runs (and its synthetic data).
+
+The ``cmd_*`` modules only parse, call the library and print.
 """
 
-from ctp_state.cli import table as _table  # noqa: F401 -- registers ``ctp table``
-from ctp_state.cli.commands import main
+# Each cmd_ module registers its commands on ``main`` when imported.
+from ctp_state.cli import cmd_data as _cmd_data  # noqa: F401
+from ctp_state.cli import cmd_gc as _cmd_gc  # noqa: F401
+from ctp_state.cli import cmd_produce as _cmd_produce  # noqa: F401
+from ctp_state.cli import cmd_table as _cmd_table  # noqa: F401
+from ctp_state.cli import cmd_topic as _cmd_topic  # noqa: F401
+from ctp_state.cli.framework import main
 
 __all__ = ["main"]

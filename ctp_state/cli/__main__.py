@@ -1,5 +1,5 @@
 """``python -m ctp_state.cli``: the ``ctp`` command."""
 
-from ctp_state.cli.commands import main
+from ctp_state.cli import main
 
 main()

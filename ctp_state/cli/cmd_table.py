@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ctp_state.cli.commands import command, emit, main
+from ctp_state.cli.framework import command, emit, main
 from ctp_state.storage import ObjectStore
 from ctp_state.table.catalog import CatalogConfig
 

@@ -1,8 +1,9 @@
-"""A local SparkSession for ``ctp reconcile`` and ``ctp demo``: the same Spark app
-Airflow submits (``spark_apps/reconcile.py``), started in this process."""
+"""A local SparkSession for ``ctp reconcile`` and ``ctp demo``: the same build job the
+Spark app Airflow submits runs (``spark_apps/reconcile.py``), started in this process."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,9 +24,9 @@ def reconcile_with_spark(
 ) -> Any:
     """One reconcile run with its L1 files built by Spark on ``master`` (or through the
     Spark Connect server ``remote``, sc://host:port); returns the summary."""
-    from spark_apps import reconcile as app
+    from ctp_state.spark.session import inline_plan_mb, spark_map_files, spark_session
 
-    spark = app.spark_session(None if remote else master, app_name=app_name, remote=remote)
+    spark = spark_session(os.environ, None if remote else master, app_name=app_name, remote=remote)
     try:
         kw: dict[str, Any] = {"on_progress": on_progress} if on_progress else {}
         # store.url reopens the same store in the Spark workers
@@ -33,7 +34,9 @@ def reconcile_with_spark(
             store,
             topics=topics,
             config=settings,
-            map_files=app.spark_map_files(spark, store.url, settings.compression),
+            map_files=spark_map_files(
+                spark, store.url, settings.compression, inline_plan_mb=inline_plan_mb(os.environ)
+            ),
             **kw,
         )
     finally:

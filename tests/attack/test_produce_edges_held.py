@@ -22,7 +22,7 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from ctp_state.cli import commands as cli
+from ctp_state.cli import framework as cli
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile

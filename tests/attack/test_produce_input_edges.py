@@ -18,7 +18,7 @@ import json
 
 from click.testing import CliRunner
 
-from ctp_state.cli import commands as cli
+from ctp_state.cli import framework as cli
 from ctp_state.topics import create_topic
 from tests.attack.helpers import values
 

@@ -33,7 +33,7 @@ import time
 
 from click.testing import CliRunner
 
-from ctp_state.cli import commands as cli
+from ctp_state.cli import framework as cli
 from ctp_state.errors import StoreError
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic

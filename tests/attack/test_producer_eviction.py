@@ -17,7 +17,7 @@ import json
 from click.testing import CliRunner
 
 from ctp_state import state as sm
-from ctp_state.cli import commands as cli
+from ctp_state.cli import framework as cli
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.topics import create_topic

@@ -31,7 +31,7 @@ import json
 import re
 import threading
 
-from ctp_state.cli.commands import _read_input
+from ctp_state.cli.cmd_produce import _read_input
 from ctp_state.ingest import ProduceReport, input_producer_id, produce_input
 from ctp_state.topics import create_topic
 from tests.attack.conftest import LostResponses

@@ -21,7 +21,7 @@ import json
 
 from click.testing import CliRunner
 
-from ctp_state.cli import commands as cli
+from ctp_state.cli import framework as cli
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import StoreError
 from ctp_state.l0 import Record

@@ -16,7 +16,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from ctp_state.cli import commands as cli
+from ctp_state.cli import framework as cli
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition

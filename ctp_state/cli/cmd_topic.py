@@ -1,0 +1,152 @@
+"""``ctp topic`` (create, delete, list) and ``ctp epoch`` (show, advance)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+from rich.table import Table
+
+from ctp_state.cli.framework import (
+    _progress,
+    command,
+    emit,
+    main,
+)
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.storage import ObjectStore
+
+# --- topics -----------------------------------------------------------------------------
+
+
+@main.group()
+def topic() -> None:
+    """Create, list and delete topics."""
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, required=True, help="Number of partitions.")
+@click.option("--exist-ok", is_flag=True, help="Succeed if the topic exists with this partition count.")
+@command(store="create")
+def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, exist_ok: bool) -> None:
+    """Create topic NAME (or finish a crashed creation)."""
+    from ctp_state.topics import create_topic
+
+    repaired: list[dict[str, Any]] = []  # appended to from create_topic's pool threads
+    with _progress() as progress:
+        task = progress.add_task("writing partition inits", total=partitions)
+        t = create_topic(
+            store,
+            name,
+            partitions,
+            exist_ok=exist_ok,
+            on_repair=lambda p, what: repaired.append({"partition": p, "repair": what}),
+            on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    repaired.sort(key=lambda r: int(r["partition"]))
+    lines = [f"repaired {t.name}/{r['partition']}: {r['repair']}" for r in repaired]
+    emit(
+        as_json,
+        {"topic": t.name, "partitions": t.partitions, "id": t.id, "repaired": repaired},
+        "\n".join(lines + [f"created topic {t.name} with {t.partitions} partitions in {store.url}"]),
+    )
+
+
+@topic.command("delete")
+@click.argument("name")
+@click.option("--id", "expect_id", help="Delete only if the live incarnation has this id (as `topic list` shows).")
+@command
+def topic_delete(store: ObjectStore, as_json: bool, name: str, expect_id: str | None) -> None:
+    """Delete topic NAME: a tombstone, then every partition log sealed; the GC removes
+    the rest (logs, snapshots, L1 files) once the tombstone is older than its
+    --topic-removal-grace-seconds. The name can be created again at once."""
+    from ctp_state.deletion import delete_topic
+
+    with _progress() as progress:
+        task = progress.add_task("sealing partition logs", total=None)
+        t, res = delete_topic(
+            store,
+            name,
+            expect_id=expect_id,
+            on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    errors = [{"partition": p, "error": why} for p, why in res.errors]
+    emit(
+        as_json,
+        {
+            "topic": t.name,
+            "id": t.id,
+            "partitions": t.partitions,
+            "sealed": res.sealed + res.already,
+            "already_deleted": res.already_deleted,
+            "errors": errors,
+        },
+        (
+            f"topic {t.name} (incarnation {t.incarnation}) was deleted already; its {t.partitions} partition logs "
+            f"are sealed now in {store.url}; "
+            if res.already_deleted
+            else f"deleted topic {t.name} (incarnation {t.incarnation}, {t.partitions} partitions) in {store.url}; "
+        )
+        + (
+            f"{len(errors)} partition logs could not be sealed now (the GC seals them before removing "
+            f"anything; first: {t.name}/{errors[0]['partition']}: {errors[0]['error']}); "
+            if errors
+            else ""
+        )
+        + "the GC removes its state after the grace period",
+    )
+
+
+@topic.command("list")
+@command
+def topic_list(store: ObjectStore, as_json: bool) -> None:
+    """List topics, with deleted ones whose state the GC has not removed yet."""
+    from ctp_state.incarnations import all_names
+
+    rows = []
+    for st in all_names(store):
+        for t, state in [(d, "deleting") for d, _ in st.deleting] + ([(st.current, "live")] if st.current else []):
+            rows.append((t, state))
+    table = Table("topic", "partitions", "created", "incarnation", "state")
+    for t, state in rows:
+        table.add_row(
+            t.name,
+            str(t.partitions),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t.created_ms / 1000)),
+            t.incarnation,
+            state,
+        )
+    emit(
+        as_json,
+        [
+            {"topic": t.name, "partitions": t.partitions, "created_ms": t.created_ms, "id": t.id, "state": state}
+            for t, state in rows
+        ],
+        table if rows else "no topics",
+    )
+
+
+# --- epoch ------------------------------------------------------------------------------
+
+
+@main.group()
+def epoch() -> None:
+    """Show or advance the cluster epoch."""
+
+
+@epoch.command("show")
+@command
+def epoch_show(store: ObjectStore, as_json: bool) -> None:
+    """Print the current cluster epoch."""
+    c = ClusterEpoch(store).current()
+    emit(as_json, {"epoch": c}, str(c))
+
+
+@epoch.command("advance")
+@command(store="flag")
+def epoch_advance(store: ObjectStore, as_json: bool) -> None:
+    """Atomically advance the cluster epoch by one and print the new value."""
+    c = ClusterEpoch(store).advance()
+    emit(as_json, {"epoch": c}, str(c))
