@@ -12,7 +12,7 @@ import msgspec
 from ctp_state.errors import CorruptData, GateFailed, ObjectNotFound
 from ctp_state.gc import run_gc, validate
 from ctp_state.gc.history import GcHistory
-from ctp_state.gc.run import held_by
+from ctp_state.gc.prepare import held_by
 from ctp_state.gc.table_hook import TableHook
 from ctp_state.records import GcRecord, HeldBy, Scalar
 from ctp_state.settings import GcSettings

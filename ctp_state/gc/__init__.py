@@ -7,14 +7,16 @@
 - :mod:`.l1` -- new committed L1 files checked, L1 orphans collected;
 - :mod:`.history` -- the append-only GC history and each run's partition view;
 - :mod:`.table_hook` -- what the GC asks of the topics' Iceberg tables (it knows no catalog);
-- :mod:`.run` -- one run: inputs, M, gate, deletes, record.
+- :mod:`.prepare` -- a run up to and including the gate: inputs, M, the gate's tables, the check;
+- :mod:`.run` -- one run: prepare, then deletes and the history record.
 """
 
 from ctp_state.gc.delete import GcCounters, backoff_delay, delete_objects, plan_l0_deletes, scan_prefix, spread_of
 from ctp_state.gc.history import PASSED, GcHistory, high_water
 from ctp_state.gc.inputs import PartitionView, gather
 from ctp_state.gc.m import Holdback, MDecision, compute_m
-from ctp_state.gc.run import Gate, GateResult, prepare, run_gc, validate
+from ctp_state.gc.prepare import Gate, GateResult, prepare, validate
+from ctp_state.gc.run import run_gc
 from ctp_state.gc.tables import HISTORY_SCHEMA, STATE_SCHEMA, history_table, state_table
 from ctp_state.settings import GcSettings
 

@@ -1,23 +1,10 @@
-"""One GC run: inputs, M, the gate, deletes, the history record.
+"""One GC run: :mod:`ctp_state.gc.prepare` (inputs, M, the gate's tables, the gate),
+then deletes and the history record.
 
-1. Read the cluster epoch C, then every partition of every topic from its state log
-   (R4): the newest snapshot plus the entries after it, as every reader reads it. If
-   any partition's state cannot be read, the run deletes nothing and is recorded as
-   ``failed`` with the partitions and why (R9). Reconcile run summaries never decide
-   M; the newest one (by the store's sequence, not a clock) only adds why a partition
-   is held back (a quarantined chunk, R7).
-2. M = min(C - 1, min M(p)), with the partitions that set it and why (R7).
-3. Sweep L1 for orphans (listing only what is new since the last sweep) and check the
-   newly committed L1 files' offsets.
-4. The gate: the Great Expectations checkpoint (passed in as ``gate``; see
-   ``expectations/``) over three tables: the GC history with the candidate M, the
-   partition states against the previous run's, the new L1 files. If anything fails,
-   the run is recorded as ``gate_failed`` and :class:`GateFailed` is raised: nothing
-   was deleted. A plain-Python backstop repeats the monotonic-M check and checks,
-   independently of the lower bounds, that no pending placeholder anywhere has an
-   epoch <= M (I1).
-5. List L0 per spread prefix up to M, then (unless a dry run) delete L0 objects and L1
-   orphans.
+5. If the gate fails, the run is recorded as ``gate_failed`` and :class:`GateFailed` is
+   raised: nothing was deleted. Otherwise list L0 per spread prefix up to M, then
+   (unless a dry run) delete L0 objects and L1 orphans, remove what is left of deleted
+   topics, and maintain the topics' tables.
 6. Append the history record and this run's partition view.
 
 A run killed at any point leaves no record (the history only holds finished runs) and
@@ -28,287 +15,29 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from ctp_state import crashpoints, deletion, layout
-from ctp_state.errors import CorruptData, CtpError, GateFailed, ObjectNotFound, StateUnreadable
-from ctp_state.gc import l1 as gc_l1
-from ctp_state.gc.alert import m_alert
+from ctp_state.errors import CtpError, GateFailed, StateUnreadable
 from ctp_state.gc.delete import GcCounters, delete_objects, plan_l0_deletes
 from ctp_state.gc.history import PASSED, GcHistory, high_water
-from ctp_state.gc.inputs import PartitionView, gather_all, m_digest, newest_summary, quarantined_of
-from ctp_state.gc.m import Holdback, MDecision, PartitionStatus, compute_m, partition_status
-from ctp_state.gc.table_hook import TableHeads, TableHook, TableSweep
+from ctp_state.gc.inputs import m_digest
+from ctp_state.gc.prepare import Gate, check, held_by, prepare
+from ctp_state.gc.table_hook import TableHook, TableSweep
 from ctp_state.gc.tables import (
     deletes_table,
-    history_table,
     partition_view_table,
-    state_table,
-    table_files_table,
-    table_partitions_table,
 )
-from ctp_state.incarnations import NameState
-from ctp_state.records import GateInfo, GcAlert, GcPartitionView, GcRecord, HeldBy, HistorySkip
+from ctp_state.records import GateInfo, GcRecord, HeldBy, HistorySkip
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
 
 log = logging.getLogger(__name__)
 
 SAMPLE_KEYS = 10  # L0 keys a history record names; the full list is in its deletes Parquet
-
-
-@dataclass(frozen=True)
-class GateResult:
-    success: bool
-    failures: list[str]
-    statistics: dict[str, Any] = field(default_factory=dict)
-    docs: str | None = None
-
-
-Gate = Callable[[dict[str, pa.Table]], GateResult]
-
-
-def held_by(h: Holdback) -> HeldBy:
-    return HeldBy(topic=h.topic, partition=h.partition, m=h.m, reasons=h.reasons)
-
-
-@dataclass
-class Prepared:
-    """Everything a run computes before the gate: inputs, M, the L1 sweep, the tables."""
-
-    run_id: str
-    started_ms: int
-    history: GcHistory
-    last_seq: int
-    m_high_water_before: int | None
-    cluster_epoch: int
-    views: list[PartitionView]
-    decision: MDecision
-    summary_used: str | None  # the reconcile summary the R7 reasons came from
-    sweeps: list[gc_l1.SweepResult]
-    watermarks: dict[tuple[str, int], tuple[int, int]]
-    new_marks: dict[tuple[str, int], tuple[int, int]]
-    frames: dict[str, pa.Table]
-    history_skipped: list[tuple[int, str]] = field(default_factory=list)
-    full_sweep: bool = False  # this run lists every L1 file (gc_l1 "Full sweeps")
-    last_full_sweep_ms: int | None = None  # when the last completed full sweep started
-    alert: GcAlert | None = None  # M stalled or a partition quarantined (gc/alert.py)
-    statuses: dict[tuple[str, int], PartitionStatus] = field(default_factory=dict)  # for the operator's view
-    tail: list[GcRecord] = field(default_factory=list)  # the newest history records that read
-    names: list[NameState] = field(default_factory=list)  # every topic name (deleted incarnations to remove)
-    table_heads: TableHeads = field(default_factory=TableHeads)  # the topics' tables, read before the states
-
-
-def prepare(
-    store: ObjectStore,
-    config: GcSettings = GcSettings(),
-    *,
-    on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
-    clock: Callable[[], float] = time.time,
-    tables: TableHook | None = None,
-) -> Prepared:
-    """Steps 1-3: read, compute M, sweep L1 (listing only), build the gate's tables.
-    With ``tables``, the topics' Iceberg tables are read first (see
-    :mod:`ctp_state.gc.table_hook` for why first) and checked against the states."""
-    started_ms = int(clock() * 1000)
-    run_id = f"{started_ms}-{uuid.uuid4().hex[:8]}"
-    history = GcHistory(store)
-    last = history.last_seq()
-    # A history record or view that does not read is skipped and put on this run's
-    # record: failing every later run over it would stop collection for good. The I3
-    # check then rests on the newest records that do read (each carries the high water
-    # of everything before it).
-    skipped: list[tuple[int, str]] = []
-    tail = history.tail(config.history_tail, last, unreadable=skipped)
-    passed = [r for r in tail if r.passed]
-    hw_before = high_water(tail)
-
-    on_progress("read", 0, 1)
-    heads = tables.heads() if tables is not None else TableHeads()
-    gathered = gather_all(store, threads=config.read_threads)
-    c, views = gathered.c, gathered.views
-    summary = newest_summary(store)
-    summary_used = summary.run_id if summary else None
-    on_progress("read", 1, 1)
-    quarantined = quarantined_of(summary)
-    decision: MDecision = compute_m(c, views, now_ms=started_ms, quarantined=quarantined)  # type: ignore[arg-type]
-    alert = m_alert(
-        m=decision.m,
-        cluster_epoch=c,
-        held_by=[held_by(h) for h in decision.held_by],
-        quarantined=quarantined,
-        previous=tail,
-        stall_runs=config.alert_stall_runs,
-        stall_epochs=config.alert_stall_epochs,
-    )
-    statuses = {
-        (v.topic, v.partition): partition_status(v, c, now_ms=started_ms, quarantined=quarantined)  # type: ignore[arg-type]
-        for v in views
-    }
-
-    previous_lb: dict[tuple[str, int], int] = {}
-    watermarks: dict[tuple[str, int], tuple[int, int]] = {}
-    # The reference for lower bounds and L1 watermarks: the newest passing run's view
-    # that reads (a dry run's view carries the watermarks it was given, unchanged).
-    ref: GcRecord | None = None
-    pt: list[GcPartitionView] = []
-    for r in reversed(passed):
-        if not r.partitions_key:
-            continue
-        try:
-            pt = history.read_partitions(r.partitions_key)
-        except (CorruptData, ObjectNotFound) as e:
-            skipped.append((r.seq, f"its partition view does not read: {e}"))
-            continue
-        ref = r
-        break
-    if ref:
-        # What the reference run learnt of a partition holds only for the same incarnation
-        # of its topic: a topic deleted and created again (with any partition count)
-        # starts with no watermark (every L1 file of the new incarnation is checked) and
-        # no earlier lower bound, and the old incarnation's partitions are not "gone".
-        incarnation = {v.topic: v.topic_id for v in views}
-        same = [r for r in pt if r.topic not in incarnation or incarnation[r.topic] == r.topic_id]
-        now = {(v.topic, v.partition) for v in views}
-        gone = [
-            (r.topic, r.partition, f"the GC run {ref.seq} saw this partition, the topic metadata no longer lists it")
-            for r in same
-            if (r.topic, r.partition) not in now and (r.topic, r.topic_id or "legacy") not in gathered.deleted
-        ]
-        if gone:
-            raise StateUnreadable(gone)
-        previous_lb = {
-            (r.topic, r.partition): r.min_epoch_lower_bound for r in same if r.min_epoch_lower_bound is not None
-        }
-        watermarks = {(r.topic, r.partition): (r.l1_swept_through, r.l1_swept_log_end) for r in same}
-
-    # Every partition's new committed L1 files are checked (their L0 sources may go this
-    # run); orphans are collected only where no claim is live (a reconciler may be
-    # writing) and in the topics asked for. Once a period, every L1 file is listed.
-    last_full = ref.l1_full_sweep_ms if ref else None
-    full = last_full is None or started_ms - last_full >= config.l1_full_sweep_s * 1000
-    inputs = []
-    for v in views:
-        if not v.initialized:
-            continue
-        w, log_end = watermarks.get((v.topic, v.partition), (-1, -1))
-        collect = not any(h.lease_until_ms > started_ms for h in v.holders) and (
-            not config.sweep_topics or v.topic in config.sweep_topics
-        )
-        inputs.append(
-            gc_l1.SweepInput(
-                v.topic,
-                v.partition,
-                v.last_reconciled_offset,
-                v.log_end_offset,
-                w,
-                log_end,
-                v.l1_after(w),
-                collect,
-                full,
-                frozenset(r.key for r in v.l1_after(-1)) if full else frozenset(),
-                v.key_id,
-            )
-        )
-    on_progress("l1-check", 0, len(inputs))
-    sweeps = gc_l1.sweep(store, inputs, now_s=clock(), grace_s=config.l1_grace_s)
-    on_progress("l1-check", len(inputs), len(inputs))
-    new_marks = dict(watermarks)
-    new_marks.update({(s.topic, s.partition): (s.swept_through, s.swept_log_end) for s in sweeps})
-
-    frames = {
-        "gc_history": history_table(
-            tail,
-            {
-                "seq": last + 1,
-                "m": decision.m,
-                "cluster_epoch": c,
-                "m_high_water_before": hw_before,
-                "started_ms": started_ms,
-                "run_id": run_id,
-            },
-        ),
-        "partition_state": state_table(views, previous_lb, decision.m),
-        "l1_files": gc_l1.check_table(sweeps),
-        "table_files": table_files_table(heads.heads),
-        "table_partitions": table_partitions_table(heads.heads, views),
-    }
-    return Prepared(
-        run_id,
-        started_ms,
-        history,
-        last,
-        hw_before,
-        c,
-        views,
-        decision,
-        summary_used,
-        sweeps,
-        watermarks,
-        new_marks,
-        frames,
-        skipped,
-        full,
-        last_full,
-        alert=alert,
-        statuses=statuses,
-        tail=tail,
-        names=gathered.names,
-        table_heads=heads,
-    )
-
-
-def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
-    """Run the gate, plus the plain-Python backstop; return the result and all failures."""
-    result = gate(p.frames)
-    failures = list(result.failures)
-    m, hw = p.decision.m, p.m_high_water_before
-    if result.success and m is not None and hw is not None and m < hw:
-        failures.append(f"backstop: candidate M={m} is below the highest recorded M={hw}")
-    for row in p.frames["l1_files"].to_pylist():  # I2: the L1 copy reads before its L0 sources go
-        if row.get("checksums_ok") is False:
-            failures.append(
-                f"backstop: L1 file {row['key']} is missing or fails its checks "
-                "(CRC32C as committed, page checksums, schema)"
-            )
-    for row in p.frames["table_partitions"].to_pylist():  # the table follows its log, never leads it
-        rec = row["reconciled_through"]
-        if rec is not None and row["published_through"] > rec:
-            failures.append(
-                f"backstop: table {row['table']} publishes partition {row['partition']} through offset "
-                f"{row['published_through']}, its state log has reconciled only through {rec}"
-            )
-    for row in p.frames["table_files"].to_pylist():
-        if row["first_offset"] != row["expected_first_offset"]:
-            failures.append(
-                f"backstop: table {row['table']} partition {row['partition']}: file {row['path']} starts at "
-                f"offset {row['first_offset']}, expected {row['expected_first_offset']} (a gap or an overlap)"
-            )
-    if m is not None:  # I1, independently of the lower bounds that gave M
-        low = [v for v in p.views if v.min_pending_epoch is not None and v.min_pending_epoch <= m]
-        for v in low[:10]:
-            failures.append(
-                f"backstop: {v.topic}/{v.partition} has a pending placeholder at epoch "
-                f"{v.min_pending_epoch} <= M={m} (I1: its L0 object must not be deleted)"
-            )
-    if m is None and not failures:
-        failures.append("M is null: " + "; ".join(r for h in p.decision.held_by for r in h.reasons)[:300])
-    return result, failures
-
-
-def validate(
-    store: ObjectStore, gate: Gate, config: GcSettings = GcSettings(), **kw: Any
-) -> tuple[GateResult, list[str], Prepared]:
-    """The checkpoint alone (``ctp validate``): nothing is listed for deletion, deleted
-    or recorded."""
-    p = prepare(store, config, **kw)
-    result, failures = check(p, gate)
-    return result, failures, p
 
 
 def run_gc(

@@ -1,7 +1,7 @@
 """Found by adversarial review, now guarded: one damaged GC-history object bricks the GC for good.
 
 ``prepare`` reads the newest ``history_tail`` records and the newest passing run's
-partition view (ctp_state/gc/run.py ``prepare``: ``history.tail``, ``read_partitions``)
+partition view (ctp_state/gc/prepare.py ``prepare``: ``history.tail``, ``read_partitions``)
 and lets CorruptData / ObjectNotFound escape before anything is appended. So the
 damaged record stays the newest one, every later run fails the same way, and no
 command repairs it (``ctp verify`` reports it; nothing fixes it). Failing one run is

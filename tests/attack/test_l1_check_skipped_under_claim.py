@@ -1,6 +1,6 @@
 """The GC reads each newly committed L1 file whole "before the L0 objects it came from
 may go" (docs/failure-model.md) -- except for a partition that holds a live claim when
-the GC runs: ``prepare`` (ctp_state/gc/run.py, the ``inputs`` of the L1 sweep) leaves
+the GC runs: ``prepare`` (ctp_state/gc/prepare.py, the ``inputs`` of the L1 sweep) leaves
 such a partition out of the sweep, so its new L1 files are not read this run, while M,
 computed from every partition's lower bound, still covers the L0 objects they came
 from, and those are deleted.

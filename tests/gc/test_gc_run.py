@@ -17,7 +17,7 @@ from ctp_state.errors import CorruptData, GateFailed, StoreError
 from ctp_state.gc import l1 as gc_l1
 from ctp_state.gc import prepare, run_gc
 from ctp_state.gc.history import GcHistory
-from ctp_state.gc.run import GateResult
+from ctp_state.gc.prepare import GateResult
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys, read_partition

@@ -12,7 +12,7 @@ import pytest
 from ctp_state import layout
 from ctp_state.errors import GateFailed
 from ctp_state.gc import GateResult, run_gc
-from ctp_state.gc.run import check, prepare
+from ctp_state.gc.prepare import check, prepare
 from ctp_state.settings import GcSettings
 from ctp_state.table.catalog import uri_of
 from ctp_state.table.files import data_files
