@@ -143,7 +143,7 @@ def rdd_warm_workers(spark) -> int:
 def rdd_map_files(spark, store_url: str, compression: str, tasks_per_core: int = 2):
     """The reconciler's build job before Spark Connect (an RDD ``flatMap``), verbatim
     but for the import: the baseline the DataFrame job must not be slower than."""
-    from spark_apps.reconcile import _build
+    from ctp_state.spark.tasks import _build
 
     def run(files: list) -> list[dict]:
         jobs = list(enumerate(files))
@@ -206,13 +206,13 @@ def s3_runs(args, work: str) -> dict:
     Parquet encode and PUT, boto3 and pyarrow only, on 2 and 4 threads: the faster).
     Each repeat produces a fresh store (production is not timed)."""
     from ctp_state.local_s3 import LocalS3
-    from spark_apps.reconcile import spark_map_files, spark_session, warm_workers
+    from ctp_state.spark.session import spark_map_files, spark_session, warm_workers
 
     out: dict = {"benchmark": "reconcile_s3", "cpus": os.cpu_count(), "server": "SeaweedFS (weed mini, loopback)"}
     with LocalS3(os.path.join(work, "seaweedfs")) as server:
         os.environ.update(server.env)  # the Spark workers reach the store with these
         t0 = time.perf_counter()
-        spark = spark_session(args.master, app_name="ctp-bench-s3")
+        spark = spark_session(os.environ, args.master, app_name="ctp-bench-s3")
         out["session_startup_seconds"] = round(time.perf_counter() - t0, 2)
         warm_workers(spark)
         cfg = ReconcileSettings()
@@ -308,10 +308,10 @@ def main() -> None:
         if args.profile:
             os.makedirs(f"{work}/prof", exist_ok=True)
             os.environ["CTP_PROFILE_DIR"] = f"{work}/prof"
-        from spark_apps.reconcile import spark_map_files, spark_session, warm_workers
+        from ctp_state.spark.session import spark_map_files, spark_session, warm_workers
 
         t0 = time.perf_counter()
-        spark = spark_session(args.master, app_name="ctp-bench")
+        spark = spark_session(os.environ, args.master, app_name="ctp-bench")
         startup = time.perf_counter() - t0
         jvm = spark.sparkContext._gateway.proc.pid  # local mode: the executors' JVM too
         paths = {  # name: (warm-up, map_files factory); the app does its warm-up once, before its first job

@@ -20,9 +20,9 @@ APP = os.path.join(REPO, "spark_apps", "reconcile.py")
 @pytest.fixture(scope="session")
 def spark(s3_server) -> Iterator[object]:
     """Started after the S3 server so its workers inherit the S3 settings."""
-    from spark_apps.reconcile import spark_session
+    from ctp_state.spark.session import spark_session
 
-    s = spark_session("local[2]", app_name="ctp-tests")
+    s = spark_session(os.environ, "local[2]", app_name="ctp-tests")
     yield s
     s.stop()
 

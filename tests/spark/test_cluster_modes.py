@@ -26,7 +26,7 @@ import pytest
 
 from ctp_state.local_s3 import free_ports
 from ctp_state.reconcile import run_reconcile
-from spark_apps import reconcile as app
+from ctp_state.spark import session as spark_driver
 from tests.conftest import with_this_checkout
 from tests.spark.conftest import APP, spark_submit
 from tests.support import assert_exactly_once, produce_rounds
@@ -234,18 +234,18 @@ def test_slot_keys_put_each_slot_in_a_partition_of_its_own(spark):
     from pyspark.sql import functions as F
 
     ids = spark.range(0, 64).select(F.hash(F.col("id").cast("int")).alias("h"), "id").collect()
-    assert [r.h for r in ids] == [app._murmur3_int(r.id) for r in ids]  # Spark's hash(), reimplemented
+    assert [r.h for r in ids] == [spark_driver._murmur3_int(r.id) for r in ids]  # Spark's hash(), reimplemented
     for n in (1, 3, 4, 16, 64):
-        keys = app.slot_keys(n)
+        keys = spark_driver.slot_keys(n)
         df = spark.createDataFrame([(k,) for k in keys], "slot int").repartition(n, "slot")
         got = sorted((r.p, r.slot) for r in df.select(F.spark_partition_id().alias("p"), "slot").collect())
         assert got == list(enumerate(keys))
 
 
 def test_default_parallelism_on_a_classic_session(spark):
-    assert not app.is_connect(spark)
-    assert app.default_parallelism(spark) == spark.sparkContext.defaultParallelism == 2
-    assert app.warm_workers(spark) >= 1
+    assert not spark_driver.is_connect(spark)
+    assert spark_driver.default_parallelism(spark) == spark.sparkContext.defaultParallelism == 2
+    assert spark_driver.warm_workers(spark) >= 1
 
 
 def test_the_python_workers_keep_freed_memory(spark):
@@ -260,15 +260,15 @@ def test_the_python_workers_keep_freed_memory(spark):
 
         for _ in batches:
             pass
-        names = sorted(app.MALLOC_ENV)
+        names = sorted(spark_driver.MALLOC_ENV)
         yield pa.RecordBatch.from_pydict({"name": names, "value": [os.environ.get(n) for n in names]})
 
     got = {
         r.name: r.value
         for r in spark.range(0, 2, 1, numPartitions=2).mapInArrow(env, "name string, value string").collect()
     }
-    assert got == {n: os.environ[n] for n in app.MALLOC_ENV} and all(got.values())
-    assert {n: spark.conf.get(f"spark.executorEnv.{n}") for n in app.MALLOC_ENV} == got
+    assert got == {n: os.environ[n] for n in spark_driver.MALLOC_ENV} and all(got.values())
+    assert {n: spark.conf.get(f"spark.executorEnv.{n}") for n in spark_driver.MALLOC_ENV} == got
 
 
 def test_the_rows_path_for_big_plans_lifts_everything_exactly_once(spark, store):
@@ -278,7 +278,7 @@ def test_the_rows_path_for_big_plans_lifts_everything_exactly_once(spark, store)
     summary = run_reconcile(
         store,
         config=ReconcileSettings(target_file_bytes=1500),
-        map_files=app.spark_map_files(spark, store.url, "zstd", inline_plan_mb=0),
+        map_files=spark_driver.spark_map_files(spark, store.url, "zstd", inline_plan_mb=0),
     )
     assert summary.ok and summary.records == 180 and summary.l1_files > 3
     assert_exactly_once(store, "t", sent)
@@ -329,8 +329,8 @@ def test_connect_server_reconciles_exactly_once(connect_server, store, subproces
 
 def test_connect_session_sizes_and_warms_without_a_spark_context(connect_server):
     code = (
-        "import json, sys; from spark_apps.reconcile import *; "
-        f"s = spark_session(remote={connect_server!r}); "
+        "import json, os, sys; from ctp_state.spark.session import *; "
+        f"s = spark_session(os.environ, remote={connect_server!r}); "
         "print(json.dumps([is_connect(s), default_parallelism(s), warm_workers(s)])); s.stop()"
     )
     r = subprocess.run(
@@ -348,7 +348,7 @@ def test_connect_session_sizes_and_warms_without_a_spark_context(connect_server)
 
 def test_remote_and_master_together_are_refused():
     with pytest.raises(ValueError, match="not both"):
-        app.spark_session("local[2]", remote="sc://127.0.0.1:1")
+        spark_driver.spark_session(os.environ, "local[2]", remote="sc://127.0.0.1:1")
 
 
 def test_ctp_reconcile_runs_through_a_connect_server(connect_server, store, subprocess_env):
