@@ -66,12 +66,12 @@ def warm_publish(root: str) -> float:
 
 
 def reconcile_part(args, work: str) -> dict:
-    from spark_apps.reconcile import spark_map_files, spark_session, warm_workers
+    from ctp_state.spark.session import spark_map_files, spark_session, warm_workers
 
     store = open_store(f"file://{work}/store", {"CTP_FSYNC": "0"})
     out: dict = {"produce": produce(store, args.gib, args.partitions_1gib, 1000, 65536)}
     cfg = ReconcileSettings()
-    spark = spark_session(args.master, app_name="ctp-bench-table")
+    spark = spark_session(os.environ, args.master, app_name="ctp-bench-table")
     warm_workers(spark)
     out["publish_warmup_seconds"] = warm_publish(f"{work}/warm")
     runs: dict[str, list[dict]] = {"reconcile": [], "reconcile_publish": []}

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ from ctp_state import codec, crashpoints, layout
 from ctp_state import state as sm
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
 from ctp_state.storage import ObjectStore
+from ctp_state.table import register
 from ctp_state.table.catalog import NO_RETRIES, TOPIC_ID, CatalogConfig, identifier, location, uri_of
 from ctp_state.topic_meta import Topic
 
@@ -97,7 +99,7 @@ def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConf
                     schema=iceberg_schema(),
                     partition_spec=partition_spec(),
                     location=f"{location(store, t)}/{config.namespace}-{uuid.uuid4().hex}",
-                    properties={**NO_RETRIES, TOPIC_ID: mine, "format-version": "2"},
+                    properties={**NO_RETRIES, **register.METRICS, TOPIC_ID: mine, "format-version": "2"},
                 )
             except TableAlreadyExistsError:
                 continue  # a concurrent publish created it: load that one
@@ -272,23 +274,24 @@ def publish(
         if not todo:
             return Published(t.name, t.id, name, head.snapshot_id if head else None, 0, 0, 0, attempt - 1, vector)
         new = dict(vector)
-        paths, copied, records = [], 0, 0
-        for p, ref in todo:
+        keys = [layout.l1_key(t.name, p, ref.first, ref.last, t.key_id) for p, ref in todo]
+        footers = _read_footers(store, keys)
+        chosen, copied, records = [], 0, 0
+        for (p, ref), footer in zip(todo, footers):
             new[p] = ref.last
-            key = layout.l1_key(t.name, p, ref.first, ref.last, t.key_id)
-            if footer_format(store, key) == "1":
-                key = copy_format1(store, t, p, key, ref.crc32c)
+            if footer.format_version == "1":
+                footer = register.read_footer(store, copy_format1(store, t, p, footer.key, ref.crc32c))
                 copied += 1
-            paths.append(uri_of(store, key))
+            chosen.append((uri_of(store, footer.key), footer))
             records += ref.last - ref.first + 1
         vector_key = write_vector(store, table, t, new)
         crashpoints.reached("publish_before_commit")
         tx = table.transaction()
         try:
             # (no duplicate check: it reads every manifest, and the vector already proves it)
-            tx.add_files(paths, snapshot_properties={PUBLISHED: vector_key}, check_duplicate_files=False)
+            register.append(tx, register.data_files(tx.table_metadata, chosen), {PUBLISHED: vector_key})
         except OSError:
-            # add_files reads the head's manifest list: gone means the head moved on and
+            # The append reads the head's manifest list: gone means the head moved on and
             # the GC expired the one read here. Nothing was committed: from the new head.
             if _head_moved(table, head):
                 continue
@@ -307,7 +310,7 @@ def publish(
         crashpoints.reached("publish_after_commit")
         head = table.refresh().current_snapshot()
         return Published(
-            t.name, t.id, name, head.snapshot_id if head else None, len(paths), records, copied, attempt, new
+            t.name, t.id, name, head.snapshot_id if head else None, len(chosen), records, copied, attempt, new
         )
     raise CtpError(f"publish of {name} lost {attempts} races in a row: is another publisher looping?")
 
@@ -317,16 +320,13 @@ def _head_moved(table: Any, head: Any) -> bool:
     return (now.snapshot_id if now else None) != (head.snapshot_id if head else None)
 
 
-def footer_format(store: ObjectStore, key: str) -> str:
-    """An L1 file's format version, from its footer alone (two ranged GETs)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        meta = pq.read_metadata(pa.PythonFile(_RangeFile(store, key), mode="r")).metadata or {}
-    except (OSError, pa.ArrowException) as e:
-        raise CorruptData(key, f"L1 file's footer does not read: {e}") from None
-    return (meta.get(b"ctp.format_version") or b"1").decode()
+def _read_footers(store: ObjectStore, keys: list[str], threads: int = 16) -> list[register.Footer]:
+    """The footers of ``keys``, in order, ``threads`` at a time (two ranged GETs each)."""
+    threads = min(threads, store.read_concurrency, len(keys))
+    if threads <= 1:  # a local store: a pool costs more than it saves
+        return [register.read_footer(store, k) for k in keys]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda k: register.read_footer(store, k), keys))
 
 
 def copy_format1(store: ObjectStore, t: Topic, partition: int, key: str, crc32c: int | None) -> str:
@@ -342,41 +342,3 @@ def copy_format1(store: ObjectStore, t: Topic, partition: int, key: str, crc32c:
     )
     l1.write_once(store, copy, l1.encode_parquet(table, t.name, partition, topic_id=t.key_id), table)
     return copy
-
-
-class _RangeFile:
-    """A read-only file over one store object, fetched by ranges (for Parquet footers)."""
-
-    def __init__(self, store: ObjectStore, key: str):
-        info = store.head(key)
-        if info is None:
-            raise ObjectNotFound(key)
-        self.store, self.key, self.size, self.pos = store, key, info.size, 0
-        self.closed = False
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
-        if n <= 0:
-            return b""
-        data = self.store.get_range(self.key, self.pos, n)
-        self.pos += len(data)
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        self.closed = True

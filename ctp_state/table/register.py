@@ -1,0 +1,151 @@
+"""Committed L1 files as Iceberg data files, without rewriting them.
+
+pyiceberg's ``add_files`` reads each file's footer and, per file, checks the file's
+schema against the table's and plans which columns get statistics: pure-Python work
+that costs several milliseconds a file and is the same for every file of one schema. A
+publish reads each footer once here (it needs it anyway, for the file's L1 format
+version), checks each distinct file schema once, and builds the data files with
+pyiceberg's own statistics functions; it appends them with a plain fast append.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ctp_state.errors import CorruptData, ObjectNotFound
+from ctp_state.storage import ObjectStore
+
+
+#: Table properties: column statistics in the manifests for the columns readers prune
+#: by (the offset, the time; the partition's are needed for its value), counts only for
+#: the rest (key and value bounds cost time on every publish and help no query).
+METRICS = {
+    "write.metadata.metrics.default": "counts",
+    "write.metadata.metrics.column.offset": "full",
+    "write.metadata.metrics.column.partition": "full",
+    "write.metadata.metrics.column.timestamp": "full",
+}
+
+
+@dataclass(frozen=True)
+class Footer:
+    """One Parquet file's footer, read once."""
+
+    key: str
+    size: int
+    metadata: Any  # pyarrow.parquet.FileMetaData
+
+    @property
+    def format_version(self) -> str:
+        """The L1 format version the file names (format 1 files name none)."""
+        meta = self.metadata.metadata or {}
+        return (meta.get(b"ctp.format_version") or b"1").decode()
+
+
+def read_footer(store: ObjectStore, key: str) -> Footer:
+    """The footer of the Parquet file ``key`` (two ranged GETs)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = _RangeFile(store, key)
+    try:
+        meta = pq.read_metadata(pa.PythonFile(f, mode="r"))
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptData(key, f"L1 file's footer does not read: {e}") from None
+    return Footer(key, f.size, meta)
+
+
+def data_files(table_metadata: Any, footers: list[tuple[str, Footer]]) -> list[Any]:
+    """pyiceberg ``DataFile``s for ``(uri, footer)`` pairs, as ``add_files`` would build
+    them; raises ``ValueError`` for a file whose schema the table cannot read."""
+    from pyiceberg.io.pyarrow import (
+        _check_pyarrow_schema_compatible,
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    schema, spec = table_metadata.schema(), table_metadata.spec()
+    plan = compute_statistics_plan(schema, table_metadata.properties)
+    mapping = parquet_path_to_id_mapping(schema)
+    checked: set[str] = set()
+    out = []
+    for uri, footer in footers:
+        arrow = footer.metadata.schema.to_arrow_schema()
+        signature = arrow.to_string(show_field_metadata=False, show_schema_metadata=False)
+        if signature not in checked:
+            _check_pyarrow_schema_compatible(schema, arrow, format_version=table_metadata.format_version)
+            checked.add(signature)
+        stats = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=footer.metadata, stats_columns=plan, parquet_column_mapping=mapping
+        )
+        out.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=uri,
+                file_format=FileFormat.PARQUET,
+                partition=stats.partition(spec, schema),
+                file_size_in_bytes=footer.size,
+                sort_order_id=None,
+                spec_id=table_metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **stats.to_serialized_dict(),
+            )
+        )
+    return out
+
+
+def append(tx: Any, files: list[Any], snapshot_properties: dict[str, str]) -> None:
+    """Append ``files`` to the transaction's table in one fast append (what ``add_files``
+    does after building them; the table's name mapping, which lets readers map the
+    files' columns by name, is set first if the table has none)."""
+    from pyiceberg.table import TableProperties
+
+    if tx.table_metadata.name_mapping() is None:
+        tx.set_properties(
+            **{TableProperties.DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()}
+        )
+    with tx.update_snapshot(snapshot_properties=snapshot_properties).fast_append() as fast:
+        for f in files:
+            fast.append_data_file(f)
+
+
+class _RangeFile:
+    """A read-only file over one store object, fetched by ranges (for Parquet footers)."""
+
+    def __init__(self, store: ObjectStore, key: str):
+        info = store.head(key)
+        if info is None:
+            raise ObjectNotFound(key)
+        self.store, self.key, self.size, self.pos = store, key, info.size, 0
+        self.closed = False
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
+        if n <= 0:
+            return b""
+        data = self.store.get_range(self.key, self.pos, n)
+        self.pos += len(data)
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
