@@ -195,30 +195,31 @@ def ctp_gc():
             from airflow.sdk.exceptions import AirflowFailException
 
             raise AirflowFailException(str(e)) from None
-        keep = (
-            "seq",
-            "status",
-            "dry_run",
-            "m",
-            "cluster_epoch",
-            "partitions",
-            "listed",
-            "deleted",
-            "deleted_bytes",
-            "would_delete",
-            "would_delete_bytes",
-            "delete_errors",
-            "l1_orphans_deleted",
-            "seconds",
-            "held_by_count",
-        )
-        out = {k: getattr(rec, k) for k in keep}
-        out["alert"] = {"kind": rec.alert.kind, "message": rec.alert.message} if rec.alert else None
+        from ctp_state.records import encode
+
         outlet_events[GC_ASSET].extra = {
-            k: out[k]
-            for k in ("seq", "status", "m", "cluster_epoch", "deleted", "deleted_bytes", "would_delete", "partitions")
-        } | {"alert": rec.alert.kind if rec.alert else None}
-        log.info("GC run %s", out)
+            "seq": rec.seq,
+            "status": rec.status,
+            "m": rec.m,
+            "cluster_epoch": rec.cluster_epoch,
+            "deleted": rec.deleted,
+            "deleted_bytes": rec.deleted_bytes,
+            "would_delete": rec.would_delete,
+            "partitions": rec.partitions,
+            "alert": rec.alert.kind if rec.alert else None,
+        }
+        log.info(
+            "GC run %s %s: M = %s (C = %s), deleted %s L0 objects (%s bytes), would delete %s, %s failed, in %ss",
+            rec.seq,
+            rec.status,
+            rec.m,
+            rec.cluster_epoch,
+            rec.deleted,
+            rec.deleted_bytes,
+            rec.would_delete,
+            rec.delete_errors,
+            rec.seconds,
+        )
         if rec.alert:
             log.warning("alert (%s): %s", rec.alert.kind, rec.alert.message)
         for h in rec.held_by[:10]:
@@ -228,19 +229,21 @@ def ctp_gc():
                 f"{rec.delete_errors} object(s) failed to delete after retries "
                 f"(e.g. {next(iter(rec.failed_keys), '?')}); the run is recorded, the next retries"
             )
-        return out
+        return encode(rec)  # the run's history record, as stored: check_m reads it typed
 
     @task(retries=0, on_failure_callback=on_ctp_alert)
     def check_m(run: dict) -> dict:
         """Fail (and call the alert hook) when the run raised an alert: M stalled or a
         partition quarantined. The GC itself has finished: this task only tells people."""
-        alert = run.get("alert")
-        if alert:
+        from ctp_state.records import GcRecord, decode
+
+        rec = decode(GcRecord, run, "the collect task's XCom")
+        if rec.alert:
             from airflow.sdk.exceptions import AirflowFailException
 
-            raise AirflowFailException(f"ctp alert ({alert['kind']}): {alert['message']}")
-        log.info("no alert: M = %s, C = %s", run["m"], run["cluster_epoch"])
-        return {"m": run["m"], "cluster_epoch": run["cluster_epoch"]}
+            raise AirflowFailException(f"ctp alert ({rec.alert.kind}): {rec.alert.message}")
+        log.info("no alert: M = %s, C = %s", rec.m, rec.cluster_epoch)
+        return {"m": rec.m, "cluster_epoch": rec.cluster_epoch}
 
     @task(trigger_rule="all_done", retries=1)
     def report(params=None) -> str:

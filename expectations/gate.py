@@ -49,11 +49,12 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from ctp_state.errors import ConfigError
 from ctp_state.gc import GateResult
-from expectations.report import write_atomic
+from expectations.report import GateRun, write_atomic
 from expectations.suites import SUITES
 
 DATASOURCE = "ctp_gc"
@@ -220,28 +221,29 @@ def run_name_of(frames: dict[str, pa.Table]) -> str:
     return f"gate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
 
-def gc_run_of(frames: dict[str, pa.Table]) -> dict[str, Any]:
+def gc_run_of(frames: dict[str, pa.Table]) -> tuple[str | None, int | None, int | None]:
     """The candidate row's GC run id, seq and M (None where absent)."""
     t = frames.get("gc_history")
     if t is not None and "candidate" in t.column_names:
         for row in t.to_pylist():
             if row.get("candidate"):
-                return {"gc_run_id": row.get("run_id"), "seq": row.get("seq"), "m": row.get("m")}
-    return {"gc_run_id": None, "seq": None, "m": None}
+                return row.get("run_id"), row.get("seq"), row.get("m")
+    return None, None, None
 
 
-def kept_runs(docs_dir: str) -> list[dict[str, Any]]:
-    """The gate runs a Data Docs site keeps (``runs/<id>.json``), newest first."""
+def kept_runs(docs_dir: str) -> list[GateRun]:
+    """The gate runs a Data Docs site keeps (``runs/<id>.json``), newest first; an entry
+    that does not read is left out."""
     runs = os.path.join(docs_dir, "runs")
     entries = []
     for name in os.listdir(runs) if os.path.isdir(runs) else ():
         if name.endswith(".json"):
             try:
-                with open(os.path.join(runs, name), encoding="utf-8") as f:
-                    entries.append(json.load(f))
-            except (OSError, ValueError):
+                with open(os.path.join(runs, name), "rb") as f:
+                    entries.append(msgspec.json.decode(f.read(), type=GateRun))
+            except (OSError, msgspec.DecodeError):
                 continue
-    entries.sort(key=lambda e: (e.get("time", ""), e.get("id", "")), reverse=True)
+    entries.sort(key=lambda e: (e.time, e.id), reverse=True)
     return entries
 
 
@@ -298,20 +300,23 @@ class GxGate:
                 from expectations.report import localize_data_docs
 
                 localize_data_docs(private)
-            entry = {
-                **gc_run_of(frames),
-                "run": run_name,
-                "time": run_time.isoformat(),
-                "success": success,
-                "statistics": stats,
-                "failures": failures,
-            }
+            gc_run_id, seq, m = gc_run_of(frames)
+            entry = GateRun(
+                run=run_name,
+                time=run_time.isoformat(),
+                success=success,
+                statistics=stats,
+                failures=tuple(failures),
+                gc_run_id=gc_run_id,
+                seq=seq,
+                m=m,
+            )
             docs = self._publish(private, entry)
         finally:
             shutil.rmtree(private, ignore_errors=True)
         return GateResult(success, failures, stats, docs)
 
-    def _publish(self, private: str, entry: dict[str, Any]) -> str:
+    def _publish(self, private: str, entry: GateRun) -> str:
         """Move a run's rendered pages into the site and list the run; returns the run's page."""
         from expectations.report import gate_index_page, gate_run_page
 
@@ -334,12 +339,17 @@ class GxGate:
                     parts = rel.split(os.sep)
                     if parts[0] == "validations" and name.endswith(".html"):
                         pages[parts[1]] = "/".join(parts)
-            run_id, n = entry["run"], 1
+            run_id, n = entry.run, 1
             while os.path.exists(os.path.join(runs, f"{run_id}.json")):
                 n += 1
-                run_id = f"{entry['run']}-{n}"
-            entry = {**entry, "id": run_id, "pages": pages, "suites": {s: f"expectations/{s}.html" for s in SUITES}}
-            write_atomic(os.path.join(runs, f"{run_id}.json"), json.dumps(entry, indent=1, sort_keys=True))
+                run_id = f"{entry.run}-{n}"
+            entry = msgspec.structs.replace(
+                entry, id=run_id, pages=pages, suites={s: f"expectations/{s}.html" for s in SUITES}
+            )
+            write_atomic(
+                os.path.join(runs, f"{run_id}.json"),
+                json.dumps(msgspec.to_builtins(entry), indent=1, sort_keys=True),
+            )
             page = os.path.join(runs, f"{run_id}.html")
             write_atomic(page, gate_run_page(entry))
             kept = self._prune(site, runs)
@@ -347,11 +357,11 @@ class GxGate:
             self._clean_stale_builds(os.path.join(gx_dir, "building"))
         return page
 
-    def _prune(self, site: str, runs: str) -> list[dict[str, Any]]:
+    def _prune(self, site: str, runs: str) -> list[GateRun]:
         """The kept runs, newest first; pages of older ones are removed. Under the lock."""
         entries = kept_runs(site)
         for old in entries[self.keep_runs :]:
-            for rel in list(old.get("pages", {}).values()):
+            for rel in list(old.pages.values()):
                 path = os.path.join(site, *rel.split("/"))
                 with contextlib.suppress(OSError):
                     os.unlink(path)
@@ -361,7 +371,7 @@ class GxGate:
                     os.rmdir(os.path.dirname(folder))
             for ext in (".json", ".html"):
                 with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(runs, f"{old['id']}{ext}"))
+                    os.unlink(os.path.join(runs, f"{old.id}{ext}"))
         return entries[: self.keep_runs]
 
     @staticmethod

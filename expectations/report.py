@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ctp_state import layout
 from ctp_state.gc.m import PARTITION_STATUSES
 from ctp_state.records import GcPartitionView, GcRecord
@@ -128,32 +130,33 @@ def render(template: str, **context: Any) -> str:
 # --- the gate's runs in the Data Docs site ---------------------------------------------------
 
 
-def _entry(entry: dict[str, Any]) -> dict[str, Any]:
-    """A run list entry with every field the templates read (older entries lack some)."""
-    return {
-        "statistics": {},
-        "failures": [],
-        "pages": {},
-        "suites": {},
-        "time": "",
-        "success": False,
-        "seq": None,
-        "m": None,
-        **entry,
-    }
+class GateRun(msgspec.Struct, frozen=True, kw_only=True):
+    """One gate run as the Data Docs site keeps it (``runs/<id>.json``) and the pages
+    show it. Fields an older entry lacks take their defaults."""
+
+    run: str  # the validation run's name (:func:`run_name_of`)
+    id: str = ""  # ``run``, made unique in the site
+    time: str = ""  # when it validated, ISO 8601 UTC
+    success: bool = False
+    statistics: dict[str, int] = {}  # evaluated, successful, unsuccessful
+    failures: tuple[str, ...] = ()
+    gc_run_id: str | None = None  # the GC run it judged, its seq and candidate M
+    seq: int | None = None
+    m: int | None = None
+    pages: dict[str, str] = {}  # suite -> its validation result page, relative to the site
+    suites: dict[str, str] = {}  # suite -> its expectation suite page
 
 
-def gate_run_page(entry: dict[str, Any]) -> str:
+def gate_run_page(entry: GateRun) -> str:
     """One gate run (``runs/<id>.html`` in the Data Docs site): verdict, failed
     expectations, and links to its validation result pages."""
-    entry = _entry(entry)
-    return render("gate_run.html.j2", title=f"GC gate run {entry.get('id', entry.get('run', ''))}", entry=entry)
+    return render("gate_run.html.j2", title=f"GC gate run {entry.id or entry.run}", entry=entry)
 
 
-def gate_index_page(entries: Sequence[dict[str, Any]]) -> str:
+def gate_index_page(entries: Sequence[GateRun]) -> str:
     """The Data Docs site's ``index.html``: every kept gate run, newest first, with
     plain links (no JavaScript) to each validation result."""
-    return render("gate_index.html.j2", title="ctp GC gate: Data Docs", entries=[_entry(e) for e in entries])
+    return render("gate_index.html.j2", title="ctp GC gate: Data Docs", entries=entries)
 
 
 # --- the GC summary page ---------------------------------------------------------------------
@@ -397,25 +400,22 @@ def partitions_view(seq: int, key: str, rows: Sequence[GcPartitionView], cap: in
     )
 
 
-def _validations(entries: Sequence[dict[str, Any]], site_rel: str) -> list[dict[str, Any]]:
-    out = []
-    for en in entries:
-        en = _entry(en)
-        st = en["statistics"]
-        out.append(
-            {
-                "id": en.get("id", en.get("run", "")),
-                "page": f"{site_rel}/runs/{en.get('id', en.get('run', ''))}.html",
-                "time": en["time"],
-                "success": en["success"],
-                "successful": st.get("successful", 0),
-                "evaluated": st.get("evaluated", 0),
-                "links": [(suite, f"{site_rel}/{rel}") for suite, rel in sorted(en["pages"].items())],
-                "failures": en["failures"],
-                "gc_run_id": en.get("gc_run_id"),
-            }
-        )
-    return out
+def _validations(entries: Sequence[GateRun], site_rel: str) -> list[dict[str, Any]]:
+    """The rows of the report's validation table (the template's own view of a run)."""
+    return [
+        {
+            "id": en.id or en.run,
+            "page": f"{site_rel}/runs/{en.id or en.run}.html",
+            "time": en.time,
+            "success": en.success,
+            "successful": en.statistics.get("successful", 0),
+            "evaluated": en.statistics.get("evaluated", 0),
+            "links": [(suite, f"{site_rel}/{rel}") for suite, rel in sorted(en.pages.items())],
+            "failures": en.failures,
+            "gc_run_id": en.gc_run_id,
+        }
+        for en in entries
+    ]
 
 
 def write_summary_page(
@@ -424,7 +424,7 @@ def write_summary_page(
     *,
     docs_index: str | None = None,
     partitions: PartitionsView | None = None,
-    validations: Sequence[dict[str, Any]] = (),
+    validations: Sequence[GateRun] = (),
     title: str = "ctp GC report",
 ) -> str:
     """Write ``<report_dir>/index.html`` from GC history ``records`` (oldest first),

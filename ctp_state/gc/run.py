@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 import pyarrow as pa
@@ -362,19 +363,10 @@ def _record_unreadable(store: ObjectStore, config: GcSettings, e: StateUnreadabl
 
 
 def _counts(c: GcCounters) -> dict[str, Any]:
-    return {
-        "listed": c.listed,
-        "deleted": c.deleted,
-        "deleted_bytes": c.deleted_bytes,
-        "skipped_above_m": c.skipped_above_m,
-        "skipped_too_young": c.skipped_too_young,
-        "list_errors": c.list_errors,
-        "delete_errors": c.delete_errors,
-        "delete_retries": c.delete_retries,
-        "list_retries": c.list_retries,
-        "throttled": c.throttled,
-        "lowest_delete_limit": round(c.lowest_limit, 2),
-        "min_epoch_seen": c.min_epoch_seen,
-        "max_epoch_seen": c.max_epoch_seen,
-        "failed_keys": dict(list(c.failed_keys.items())[:20]),
-    }
+    """The run's L0 counters as :class:`GcRecord` fields: each counter of
+    :class:`GcCounters` under its own name (defined once, there), the delete limit
+    rounded, and at most 20 of the failed keys."""
+    out = {f.name: getattr(c, f.name) for f in fields(c) if f.name not in ("lowest_limit", "failed_keys")}
+    out["lowest_delete_limit"] = round(c.lowest_limit, 2)
+    out["failed_keys"] = dict(list(c.failed_keys.items())[:20])
+    return out

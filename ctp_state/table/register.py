@@ -16,7 +16,6 @@ from typing import Any
 from ctp_state.errors import CorruptData, ObjectNotFound
 from ctp_state.storage import ObjectStore
 
-
 #: Table properties: column statistics in the manifests for the columns readers prune
 #: by (the offset, the time; the partition's are needed for its value), counts only for
 #: the rest (key and value bounds cost time on every publish and help no query).
