@@ -119,7 +119,7 @@ def to_l1_table(batches: Sequence[tuple[int, pa.RecordBatch]], partition: int = 
             pa.Table.from_arrays(
                 [
                     # from_buffers, not pa.array(ndarray): the latter makes pyarrow import
-                    # pandas (~1 s in every fresh Spark worker; see the benchmark profile)
+                    # pandas (about a second in every fresh Spark worker)
                     pa.Array.from_buffers(
                         pa.int64(), n, [None, pa.py_buffer(np.arange(base, base + n, dtype=np.int64))]
                     ),

@@ -125,16 +125,16 @@ def spark_map_files(
     dicts come back to the driver as JSON strings. How the slots reach the tasks:
 
     * a plan of up to ``inline_plan_mb`` MiB pickled (default :data:`INLINE_PLAN_MB`;
-      the entry points take ``$CTP_SPARK_INLINE_PLAN_MB``) travels inside the ``mapInArrow`` function, and the
-      job runs over ``spark.range(slots)`` with one partition per slot: no shuffle;
+      the entry points take ``$CTP_SPARK_INLINE_PLAN_MB``) travels inside the
+      ``mapInArrow`` function, and the job runs over ``spark.range(slots)`` with one
+      partition per slot: no shuffle;
     * a bigger plan goes in as a DataFrame, one row per slot, and ``repartition`` on a
       key per slot (see :func:`slot_keys`) puts each slot in a partition of its own. That
-      costs a shuffle (~0.1-0.2 s on ``local[2]``, measured with
-      ``benchmarks/bench_reconcile.py``), noise for a run that big, but not for a small
-      one; and it keeps the function, which every task receives whole, small.
+      costs a shuffle, noise for a run that big but not for a small one; and it keeps
+      the function, which every task receives whole, small.
 
-    Not one task per file: a Python task costs Spark ~40 ms on top of its work (measured
-    with empty tasks, see docs/benchmarks.md), which would dominate small files.
+    Not one task per file: each Python task has a fixed cost in Spark on top of its work,
+    which would dominate small files (figures in docs/benchmarks.md).
     """
     if inline_plan_mb is None:
         inline_plan_mb = INLINE_PLAN_MB
