@@ -1,5 +1,8 @@
-"""Shared fixtures: a real S3 server (SeaweedFS) over HTTP, moto's emulator for the
-store contract, and stores on both backends (local filesystem and S3)."""
+"""The suite's fixtures, for every folder: a real S3 server (SeaweedFS) over HTTP, moto's
+emulator for the store contract, stores on both backends (local filesystem and S3), the
+S3 fault proxy, the GC's real gate, one SparkSession, and the Iceberg catalogs. (The
+Airflow fixtures only tests/dags uses are in tests/dags/conftest.py; helpers are in
+:mod:`tests.support`.)"""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from hypothesis import HealthCheck, settings
 from ctp_state.local_s3 import LocalS3, free_ports
 from ctp_state.storage import ObjectStore, S3Settings, open_store
 from ctp_state.table.catalog import CatalogConfig
-from tests.s3_fault_proxy import S3FaultProxy
+from tests.support import proxy_env, with_this_checkout
+from tests.support.s3_fault_proxy import S3FaultProxy
 
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after
 # pytest closed the streams a test's logging setup (Airflow's) pointed handlers at.
@@ -129,18 +133,10 @@ def store(store_url) -> ObjectStore:
     return open_store(url, env)
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOOKS = os.path.join(REPO, "tests", "hooks")
-
-
-def with_this_checkout(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with this checkout first on ``PYTHONPATH``: child processes (the ``ctp``
-    script, helper scripts) import the code under test even when the venv's editable
-    install points at another checkout (the editable finder only answers what
-    ``sys.path`` does not). ``tests/hooks`` comes next: its ``sitecustomize`` installs
-    the crash points ``CTP_FAULT`` arms (:mod:`ctp_state.crashpoints`)."""
-    path = [REPO, HOOKS] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in (REPO, HOOKS)]
-    return {**env, "PYTHONPATH": os.pathsep.join(path)}
+@pytest.fixture
+def fstore(tmp_path) -> ObjectStore:
+    """A file store only: for scenarios with hundreds of appends."""
+    return open_store(f"file://{tmp_path}/store", {})
 
 
 @pytest.fixture
@@ -164,12 +160,33 @@ def fault_env(s3_server: LocalS3, fault_proxy: S3FaultProxy) -> dict[str, str]:
     return proxy_env(s3_server, fault_proxy)
 
 
-def proxy_env(server: LocalS3 | MotoServer, proxy: S3FaultProxy, **extra: str) -> dict[str, str]:
-    """A copy of ``server.env`` that reaches S3 through ``proxy``, plus ``extra``."""
-    return {**server.env, "CTP_S3_ENDPOINT_URL": proxy.endpoint, **extra}
+# --- the GC's gate -------------------------------------------------------------------------
 
 
-# --- Iceberg catalogs (tests/table, tests/attack) ---
+@pytest.fixture
+def gate(tmp_path):
+    """The real Great Expectations gate, its project and Data Docs in the test's own
+    report directory."""
+    from expectations.gate import GxGate
+
+    return GxGate(str(tmp_path / "report"))
+
+
+# --- Spark ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark(s3_server) -> Iterator[object]:
+    """One local SparkSession for the session. Started after the S3 server so its
+    workers inherit the S3 settings."""
+    from ctp_state.spark.session import spark_session
+
+    s = spark_session(os.environ, "local[2]", app_name="ctp-tests")
+    yield s
+    s.stop()
+
+
+# --- Iceberg catalogs (tests/table, tests/gate) ---
 
 
 @pytest.fixture

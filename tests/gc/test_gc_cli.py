@@ -11,8 +11,7 @@ from ctp_state import layout, records
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc.history import GcHistory
 from ctp_state.records import GcRecord
-from tests.core.test_cli import CTP, ctp, ok
-from tests.support import assert_exactly_once, produce_rounds
+from tests.support import CTP, assert_exactly_once, ctp, ok, produce_rounds
 
 
 def test_dry_run_gc_and_validate_from_the_command_line(subprocess_env, store, tmp_path):
@@ -87,7 +86,7 @@ def test_two_stores_get_two_report_directories_by_default(tmp_path):
     import os
 
     from expectations.job import default_report_dir
-    from tests.conftest import with_this_checkout
+    from tests.support import with_this_checkout
 
     home = tmp_path / "home"
     env = with_this_checkout({k: v for k, v in os.environ.items() if k != "CTP_REPORT_DIR"} | {"HOME": str(home)})

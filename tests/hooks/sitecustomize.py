@@ -1,5 +1,5 @@
 """Test hooks installed into every process a test starts: this directory is on the
-``PYTHONPATH`` of child processes (``tests.conftest.with_this_checkout`` and the fault
+``PYTHONPATH`` of child processes (``tests.support.with_this_checkout`` and the fault
 simulation put it there), so Python imports this module at start-up — in ``ctp`` runs,
 spark-submit drivers and their Python workers alike.
 
@@ -94,7 +94,7 @@ if _PLANT == "lower_bound_plus_one":
     _sm.allowed_lower_bound = allowed_lower_bound
 elif _PLANT == "create_is_plain_put":
     # Create-if-absent that is not: a plain overwrite on every backend. The race tests
-    # must catch it (tests/core/test_races.py runs them with it planted).
+    # must catch it (tests/storage/test_races.py runs them with it planted).
     from ctp_state.storage.local import LocalStore as _Local
     from ctp_state.storage.s3 import S3Store as _S3
 

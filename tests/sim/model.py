@@ -38,7 +38,7 @@ REMOVAL_CRASH_POINTS = (
     "gc_remove_after_snapshots",
     "gc_remove_after_logs",
 )
-#: Fault kinds of the S3 proxy (tests/s3_fault_proxy.py), each in every S3 run's mix.
+#: Fault kinds of the S3 proxy (tests/support/s3_fault_proxy.py), each in every S3 run's mix.
 FAULT_KINDS = (
     "slowdown_503",
     "error_500",

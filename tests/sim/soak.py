@@ -32,8 +32,8 @@ def backend_store(backend: str, seed: int) -> Iterator[tuple[str, dict[str, str]
         root = tempfile.mkdtemp(prefix=f"ctp-sim-store-{seed}-")
         yield f"file://{root}", {}, None
         return
-    from tests.conftest import proxy_env
-    from tests.s3_fault_proxy import S3FaultProxy
+    from tests.support import proxy_env
+    from tests.support.s3_fault_proxy import S3FaultProxy
 
     server = _s3_server()
     with S3FaultProxy.for_server(server, seed=seed) as proxy:

@@ -15,8 +15,6 @@ import pytest
 from ctp_state.l0 import Record
 from ctp_state.local_s3 import LocalS3
 from ctp_state.records import GcRecord
-from tests.conftest import proxy_env
-from tests.s3_fault_proxy import S3FaultProxy
 from tests.sim.driver import run_sim
 from tests.sim.model import (
     CRASH_POINTS,
@@ -30,6 +28,8 @@ from tests.sim.model import (
     record_id,
     schedule,
 )
+from tests.support import proxy_env
+from tests.support.s3_fault_proxy import S3FaultProxy
 
 pytestmark = pytest.mark.slow
 

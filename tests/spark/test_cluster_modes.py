@@ -27,9 +27,8 @@ import pytest
 from ctp_state.local_s3 import free_ports
 from ctp_state.reconcile import run_reconcile
 from ctp_state.spark import session as spark_driver
-from tests.conftest import with_this_checkout
-from tests.spark.conftest import APP, spark_submit
-from tests.support import assert_exactly_once, produce_rounds
+from tests.support import assert_exactly_once, produce_rounds, with_this_checkout
+from tests.support.spark import APP, spark_submit
 
 pytestmark = pytest.mark.slow
 
@@ -353,7 +352,7 @@ def test_remote_and_master_together_are_refused():
 
 def test_ctp_reconcile_runs_through_a_connect_server(connect_server, store, subprocess_env):
     """The CLI's --remote: the same build job, no local JVM."""
-    from tests.core.test_cli import ctp
+    from tests.support import ctp
 
     sent = produce_rounds(store, partitions=2, rounds=2, per=30)
     env = {**subprocess_env, **NO_JVM, "CTP_STORE": store.url}

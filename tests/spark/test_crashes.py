@@ -10,10 +10,8 @@ import signal
 import pytest
 
 from ctp_state.read import committed_l1_keys
-from tests.support import plog
-
-from .conftest import spark_submit
-from .test_reconcile import assert_exactly_once, produce_rounds
+from tests.support import assert_exactly_once, plog, produce_rounds
+from tests.support.spark import spark_submit
 
 POINTS = [
     "after_claim",  # claims taken, nothing written

@@ -1,0 +1,111 @@
+"""What a reconcile run writes to the logs it claims, against real stores: each claim
+released in the partition's last entry, a snapshot at the log end, and each entry
+decoded once."""
+
+from __future__ import annotations
+
+import threading
+
+from ctp_state import layout
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.log import PartitionLog
+from ctp_state.topics import create_topic, get_topic
+from tests.support import CountingStore, plog
+
+
+def test_a_reconcile_leaves_a_snapshot_at_the_log_end_of_every_partition_it_claimed(store):
+    """Readers (the GC's M over every partition) replay no tail after a reconcile run:
+    it snapshots the state it holds after its release. Without that, each idle advance
+    (claim, then an advance that releases) grows every partition's tail by two entries
+    up to ``snapshot_every`` and M at 100k partitions replays millions of entries."""
+    from ctp_state.reconcile import run_reconcile
+    from ctp_state.settings import ReconcileSettings
+
+    create_topic(store, "t", 4)
+    for _ in range(ReconcileSettings().idle_lag):
+        ClusterEpoch(store).advance()
+    s = run_reconcile(store)
+    assert s.partitions_advanced == 4
+    for p in range(4):
+        log = plog(store, "t", p, write_snapshots=False)
+        end = max(layout.log_offset_of(o.key, log.prefix) for o in store.list(log.prefix))
+        assert end == 2  # init, claim, advance (releasing the claim)
+        counting = CountingStore(store)
+        PartitionLog(counting, get_topic(store, "t"), p, write_snapshots=False).read_state()
+        assert log.read_snapshot().applied_offset == end
+        assert counting.counts == {"get": 1, "list": 1}  # the snapshot, and a listing with no tail
+
+
+def _kinds(store, topic: str, p: int) -> list[tuple[str, bool]]:
+    """Each entry of a log: its kind, and whether it releases a claim."""
+    from ctp_state import entries as en
+
+    log = plog(store, topic, p, write_snapshots=False)
+    return [
+        (e.kind, isinstance(e, en.Release) or getattr(e, "release_owner", None) is not None) for _, e in log.entries()
+    ]
+
+
+def test_a_reconcile_run_releases_each_claim_in_the_partitions_last_entry(store):
+    """A run writes per partition its claim and one more entry, which also releases the
+    claim: the reconcile, or the advance (idle, or caught up and behind C after the
+    reconcile). A separate release only where neither landed (a quarantined partition).
+    Every claim is released; later runs claim again at once."""
+    from ctp_state.reconcile import run_reconcile
+    from tests.support import corrupt_chunk, produce_rounds
+
+    claim, release = ("claim", False), ("release", True)
+    produce_rounds(store, "busy", partitions=1, rounds=1, per=5)  # C moves by 1: no advance after
+    run_reconcile(store, topics=["busy"])
+    assert _kinds(store, "busy", 0)[2:] == [claim, ("reconcile", True)]
+    create_topic(store, "idle", 1)
+    produce_rounds(store, "behind", partitions=1, rounds=1, per=5)
+    produce_rounds(store, "bad", partitions=1, rounds=1, per=5)
+    corrupt_chunk(store, "bad", 0)  # its chunk fails its CRC32C: quarantined
+    for _ in range(3):
+        ClusterEpoch(store).advance()
+    s = run_reconcile(store, topics=["idle", "behind", "bad"])
+    assert (s.partitions_advanced, s.partitions_reconciled, s.partitions_quarantined) == (1, 1, 1), s
+    assert _kinds(store, "idle", 0)[1:] == [claim, ("advance", True)]
+    assert _kinds(store, "behind", 0)[2:] == [claim, ("reconcile", False), ("advance", True)]
+    assert _kinds(store, "bad", 0)[2:] == [claim, release]
+    for t in ("busy", "idle", "behind", "bad"):
+        assert plog(store, t, 0).read_state().holders == (), t
+    again = run_reconcile(store, topics=["busy"])  # claimable at once, and now behind C
+    assert again.partitions_claim_held == 0 and again.partitions_advanced == 1, again
+
+
+def test_a_reconcile_run_decodes_each_log_entry_once_when_the_tail_is_long(store):
+    """A partition with a long tail (no snapshot, 12 placeholders): the run-start read
+    snapshots it, so the read-back before the run's own snapshot decodes only the
+    entries the run wrote. Every entry is fetched once in the run; with a short tail
+    (below ``START_SNAPSHOT_TAIL``) the start read writes nothing and the read-back
+    reads the tail again."""
+    from ctp_state.reconcile import START_SNAPSHOT_TAIL, run_reconcile
+    from ctp_state.settings import ReconcileSettings
+    from tests.support import Wrapped, produce_rounds
+
+    class PerKey(Wrapped):
+        def __init__(self, inner):
+            super().__init__(inner)
+            self.gets: dict[str, int] = {}
+            self.lock = threading.Lock()
+
+        def get(self, k):
+            with self.lock:
+                self.gets[k] = self.gets.get(k, 0) + 1
+            return self.inner.get(k)
+
+    produce_rounds(store, "long", partitions=1, rounds=START_SNAPSHOT_TAIL + 4, per=2)
+    produce_rounds(store, "short", partitions=1, rounds=2, per=2)
+    counting = PerKey(store)
+    s = run_reconcile(counting, config=ReconcileSettings(threads=2))
+    assert s.partitions_reconciled == 2, s
+    for topic, tail, twice in (("long", START_SNAPSHOT_TAIL + 5, 0), ("short", 3, 3)):
+        log = plog(store, topic, 0, write_snapshots=False)
+        end = max(layout.log_offset_of(o.key, log.prefix) for o in store.list(log.prefix))
+        assert end >= tail + 1  # init + placeholders, then the claim and the run's commit
+        reads = {k: n for k, n in counting.gets.items() if k.startswith(log.prefix)}
+        assert len(reads) == end + 1, (topic, end, reads)
+        assert sum(1 for n in reads.values() if n > 1) == twice, (topic, reads)
+        assert log.read_snapshot(strict=True).applied_offset == end  # the run's own, at the log end
