@@ -282,7 +282,7 @@ def bench_delete(store_of, n: int, label: str, repeat: int = 3) -> dict:
 def bench_throttle(server, n: int, probability: float = 0.3) -> dict:
     """L0 list+delete on S3 (SeaweedFS behind the fault proxy), clean and with
     ``probability`` of every request answered 503 SlowDown, same objects, same run."""
-    from tests.s3_fault_proxy import S3FaultProxy
+    from tests.support.s3_fault_proxy import S3FaultProxy
 
     res: dict = {"objects": n, "throttle_probability": probability}
     for mode in ("clean", "throttled"):

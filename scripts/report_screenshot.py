@@ -2,9 +2,9 @@
 
     python scripts/report_screenshot.py [docs/report.png]
 
-The sample (tests/browser/sample.py) has healthy runs, a dry run, a gate that failed
+The sample (tests/report/sample.py) has healthy runs, a dry run, a gate that failed
 once, a stuck claim, a quarantined chunk and lag; Chromium (headless, network off)
-takes the full page. tests/browser/ checks the same page link by link.
+takes the full page. tests/report/ checks the same page link by link.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ctp_state.storage import open_store
-from tests.browser import sample
-from tests.browser.test_report_offline import ARGS
+from tests.report import sample
+from tests.report.test_report_offline import ARGS
 
 
 def main(out: str) -> None:

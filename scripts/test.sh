@@ -3,13 +3,13 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$repo/scripts/bootstrap.sh"
-# The report's offline test reads it in headless Chromium (tests/browser).
+# The report's offline test reads it in headless Chromium (tests/report).
 if ! command -v "${CTP_CHROMIUM:-chromium}" >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "[test] installing Debian's chromium for the browser tests (apt-get install chromium)" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   else
-    echo "[test] warning: no chromium on PATH; tests/browser will fail (install chromium, or set CTP_CHROMIUM)" >&2
+    echo "[test] warning: no chromium on PATH; tests/report will fail (install chromium, or set CTP_CHROMIUM)" >&2
   fi
 fi
 source "$repo/scripts/env.sh"
