@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
-from ctp_state.l1 import L1File, build_file
+from ctp_state.l1 import L1Build, L1File, build_file
 from ctp_state.producer import Producer
 from ctp_state.reconcile import plan_files, run_reconcile
 from ctp_state.settings import ReconcileSettings
@@ -94,7 +94,7 @@ def raw(store, files: list[L1File], threads: int, out_dir: str, durable: bool = 
         os.makedirs(out_dir, exist_ok=True)
         sink = open_store(f"file://{out_dir}", {"CTP_FSYNC": "0"})
 
-    def one(f: L1File) -> dict:
+    def one(f: L1File) -> L1Build:
         return build_file(_RawStore(store, sink), f)
 
     os.sync()  # not timed: the writeback of what came before is not this run's cost
@@ -145,7 +145,7 @@ def rdd_map_files(spark, store_url: str, compression: str, tasks_per_core: int =
     but for the import: the baseline the DataFrame job must not be slower than."""
     from ctp_state.spark.tasks import _build
 
-    def run(files: list) -> list[dict]:
+    def run(files: list) -> list[L1Build]:
         jobs = list(enumerate(files))
         slices = max(1, min(len(jobs), spark.sparkContext.defaultParallelism * tasks_per_core))
         # Deal the files largest-first round-robin so every slice gets a similar share.
@@ -184,16 +184,16 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
-def _rates(results: list[dict], secs: float) -> dict:
-    l0 = sum(r["l0_bytes"] for r in results)
-    recs = sum(r["records"] for r in results)
+def _rates(results: list[L1Build], secs: float) -> dict:
+    l0 = sum(r.l0_bytes for r in results)
+    recs = sum(r.records for r in results)
     return {
         "seconds": round(secs, 2),
         "l0_mb": round(l0 / 1e6, 1),
         "mb_per_s": round(l0 / 1e6 / secs, 1),
         "records_per_s": round(recs / secs),
         "phase_seconds": {
-            k: round(sum(r[k] for r in results), 2)
+            k: round(sum(getattr(r, k) for r in results), 2)
             for k in ("read_s", "decode_s", "encode_s", "write_s", "wall_s", "cpu_s")
         },
     }
@@ -338,7 +338,7 @@ def main() -> None:
                 link_copy(f"{work}/store", f"{work}/run-{i}-{name}")
                 os.sync()  # not timed, as for raw
                 run_store = open_store(run_url, {"CTP_FSYNC": "0"})
-                build_results: list[dict] = []
+                build_results: list[L1Build] = []
                 inner = factory(spark, run_url, cfg.compression)
                 phases: dict[str, float] = {}
 
@@ -365,7 +365,7 @@ def main() -> None:
                         ),
                         "spark_job_seconds": round(phases["spark_build_s"], 2),
                         "cpu_seconds": round(cpu, 2),  # driver + JVM + Python workers
-                        "mb_per_cpu_s": round(sum(r["l0_bytes"] for r in build_results) / 1e6 / cpu, 1),
+                        "mb_per_cpu_s": round(sum(r.l0_bytes for r in build_results) / 1e6 / cpu, 1),
                     }
                 )
                 shutil.rmtree(f"{work}/run-{i}-{name}", ignore_errors=True)

@@ -20,8 +20,8 @@ import io
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -169,7 +169,27 @@ def encode_parquet(
     return buf.getvalue()
 
 
-def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> dict[str, Any]:
+class L1Build(msgspec.Struct, frozen=True, kw_only=True):
+    """What building one L1 file did (from a Spark task to the driver, as JSON): the
+    file's size and CRC32C, which its commit records, and where the time went; or, with
+    ``error``, why it could not be built (``l0_key``: the L0 object at fault, if one is)."""
+
+    key: str
+    records: int = 0
+    l0_bytes: int = 0
+    l1_bytes: int = 0
+    l1_crc32c: int = 0
+    read_s: float = 0.0
+    decode_s: float = 0.0
+    encode_s: float = 0.0
+    write_s: float = 0.0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    error: str | None = None
+    l0_key: str | None = None
+
+
+def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> L1Build:
     """Read ``f``'s chunks, write its Parquet file, return what was done and where the
     time went (seconds reading, decoding, encoding, writing).
 
@@ -186,19 +206,19 @@ def build_file(store: ObjectStore, f: L1File, *, compression: str = "zstd") -> d
     t3 = time.perf_counter()
     data = write_once(store, f.key, data, table)
     t4 = time.perf_counter()
-    return {
-        "key": f.key,
-        "records": table.num_rows,
-        "l0_bytes": f.l0_bytes,
-        "l1_bytes": len(data),
-        "l1_crc32c": l0.crc32c(data),
-        "read_s": t1 - t0,
-        "decode_s": t2 - t1,
-        "encode_s": t3 - t2,
-        "write_s": t4 - t3,
-        "wall_s": t4 - t0,
-        "cpu_s": time.process_time() - cpu0,
-    }
+    return L1Build(
+        key=f.key,
+        records=table.num_rows,
+        l0_bytes=f.l0_bytes,
+        l1_bytes=len(data),
+        l1_crc32c=l0.crc32c(data),
+        read_s=t1 - t0,
+        decode_s=t2 - t1,
+        encode_s=t3 - t2,
+        write_s=t4 - t3,
+        wall_s=t4 - t0,
+        cpu_s=time.process_time() - cpu0,
+    )
 
 
 #: What to do about a file in the way, said with every refusal of one.

@@ -41,7 +41,7 @@ from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
-from ctp_state.l1 import L1File, build_file
+from ctp_state.l1 import L1Build, L1File, build_file
 from ctp_state.log import PartitionLog
 from ctp_state.records import PartitionReport, ReconcileSummary
 from ctp_state.settings import ReconcileSettings
@@ -128,7 +128,7 @@ class _Reports:
 
 def build_files_locally(
     store: ObjectStore, files: Sequence[L1File], *, threads: int = 4, compression: str = "zstd"
-) -> list[dict[str, Any]]:
+) -> list[L1Build]:
     """``map_files`` without Spark: threads in this process."""
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         return list(pool.map(lambda job: build_one(store, job[0], job[1], compression), enumerate(files)))
@@ -136,7 +136,7 @@ def build_files_locally(
 
 def build_one(
     store: ObjectStore, index: int, f: L1File, compression: str = "zstd", profile_dir: str | None = None
-) -> dict[str, Any]:
+) -> L1Build:
     """Build one L1 file; a data error becomes a result, not an exception, so one bad
     partition does not fail the others. With ``profile_dir``, a cProfile of the build
     is written there."""
@@ -151,7 +151,7 @@ def build_one(
             out = build_file(store, f, compression=compression)
     except (CorruptData, ObjectNotFound) as e:
         bad = getattr(e, "key", None)  # the L0 object a chunk is read from, or the L1 file in the way
-        return {"key": f.key, "error": str(e), "l0_key": bad if bad and bad.startswith(layout.L0_ROOT) else None}
+        return L1Build(key=f.key, error=str(e), l0_key=bad if bad and bad.startswith(layout.L0_ROOT) else None)
     crashpoints.reached("after_l1_write", index)
     return out
 
@@ -161,7 +161,7 @@ def run_reconcile(
     *,
     topics: Sequence[str] | None = None,
     config: ReconcileSettings = ReconcileSettings(),
-    map_files: Callable[[list[L1File]], list[dict[str, Any]]] | None = None,
+    map_files: Callable[[list[L1File]], list[L1Build]] | None = None,
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None,
 ) -> ReconcileSummary:
     """Run one reconcile over ``topics`` (all when None) and return its summary."""
@@ -296,7 +296,7 @@ def _build_and_commit(
     claimed: list[tuple[PartitionLog, sm.PartitionState]],
     reports: _Reports,
     released: set[tuple[str, int]],
-    map_files: Callable[[list[L1File]], list[dict[str, Any]]],
+    map_files: Callable[[list[L1File]], list[L1Build]],
     on_progress: Callable[[str, int, int], None],
 ) -> None:
     crashpoints.reached("after_claim")
@@ -309,7 +309,7 @@ def _build_and_commit(
     files = [f for fs in plans.values() for f in fs]
     on_progress("build", 0, len(files))
     results = map_files(files) if files else []
-    by_key = {res["key"]: res for res in results}
+    by_key = {res.key: res for res in results}
     on_progress("build", len(files), len(files))
     crashpoints.reached("before_commit")
 
@@ -331,17 +331,17 @@ def _build_and_commit(
             # Files before the first that failed (a lost or damaged L0 chunk) are committed;
             # the rest waits, so a later run starts at the bad chunk instead of reading the
             # whole backlog again, and the partition is reported quarantined.
-            first_bad = next((i for i, f in enumerate(fs) if "error" in by_key[f.key]), None)
+            first_bad = next((i for i, f in enumerate(fs) if by_key[f.key].error is not None), None)
             bad = None if first_bad is None else by_key[fs[first_bad].key]
             fs = fs if first_bad is None else fs[:first_bad]
             if bad is not None and not fs:
-                reports.set(tp, status="quarantined", reason=bad["error"], key=bad.get("l0_key"))
+                reports.set(tp, status="quarantined", reason=bad.error, key=bad.l0_key)
                 return
             if fs:
                 through = fs[-1].chunks[-1].log_offset
                 last = fs[-1].last_offset
                 keys = tuple(f.key for f in fs)
-                crcs = tuple(by_key[f.key]["l1_crc32c"] for f in fs)
+                crcs = tuple(by_key[f.key].l1_crc32c for f in fs)
 
                 def entry(fresh: sm.PartitionState, release: str | None = None) -> Reconcile:
                     bound = sm.allowed_lower_bound(fresh, through)
@@ -365,12 +365,12 @@ def _build_and_commit(
                     status="reconciled",
                     records=sum(f.records for f in fs),
                     l0_bytes=sum(f.l0_bytes for f in fs),
-                    l1_bytes=sum(by_key[f.key]["l1_bytes"] for f in fs),
+                    l1_bytes=sum(by_key[f.key].l1_bytes for f in fs),
                     l1_files=keys,
                 )
                 crashpoints.reached("after_commit", index)
                 if bad is not None:
-                    reports.set(tp, status="quarantined", reason=bad["error"], key=bad.get("l0_key"))
+                    reports.set(tp, status="quarantined", reason=bad.error, key=bad.l0_key)
                     return
             if not released_by_entry and _advance_due(st, c, config):
                 out = log.append(st, lambda _s: Advance(c, writer_epoch, owner)).outcome

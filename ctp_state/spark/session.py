@@ -13,7 +13,6 @@ with ``ctp_state`` importable and with the store's environment, and set
 from __future__ import annotations
 
 import functools
-import json
 import os
 import pickle
 import re
@@ -21,6 +20,9 @@ import sys
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
+import msgspec
+
+from ctp_state.l1 import L1Build
 from ctp_state.spark.tasks import RESULT_SCHEMA, _builder, _warm
 
 #: Dealt plans up to this size (pickled) ride inside the ``mapInArrow`` function, over a
@@ -115,14 +117,14 @@ def slot_keys(slices: int) -> tuple[int, ...]:
 
 def spark_map_files(
     spark: Any, store_url: str, compression: str, tasks_per_core: int = 1, inline_plan_mb: float | None = None
-) -> Callable[[list[Any]], list[dict[str, Any]]]:
+) -> Callable[[list[Any]], list[L1Build]]:
     """``map_files`` for the library: the files spread over about ``tasks_per_core`` x
     the default parallelism Spark tasks, balanced by size.
 
     A DataFrame job, no RDD and no SparkContext, so it runs through Spark Connect too.
     The files are dealt largest-first round-robin into slots, one slot per task, and
     pickled per slot; ``mapInArrow`` builds each slot's files in its task; the result
-    dicts come back to the driver as JSON strings. How the slots reach the tasks:
+    come back to the driver as JSON strings of :class:`~ctp_state.l1.L1Build`. How the slots reach the tasks:
 
     * a plan of up to ``inline_plan_mb`` MiB pickled (default :data:`INLINE_PLAN_MB`;
       the entry points take ``$CTP_SPARK_INLINE_PLAN_MB``) travels inside the
@@ -139,7 +141,7 @@ def spark_map_files(
     if inline_plan_mb is None:
         inline_plan_mb = INLINE_PLAN_MB
 
-    def run(files: list[Any]) -> list[dict[str, Any]]:
+    def run(files: list[Any]) -> list[L1Build]:
         jobs = list(enumerate(files))
         slices = max(1, min(len(jobs), default_parallelism(spark) * tasks_per_core))
         # Deal the files largest-first round-robin so every slot gets a similar share.
@@ -155,7 +157,8 @@ def spark_map_files(
                 [(keys[i], blob) for i, blob in enumerate(plan)], "slot int, jobs binary"
             ).repartition(slices, "slot")
             build = _builder(store_url, compression, None)
-        return [json.loads(r.result) for r in df.mapInArrow(build, RESULT_SCHEMA).collect()]
+        rows = df.mapInArrow(build, RESULT_SCHEMA).collect()
+        return [msgspec.json.decode(r.result, type=L1Build) for r in rows]
 
     return run
 

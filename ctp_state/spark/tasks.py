@@ -7,16 +7,19 @@ GETs and plain PUTs) and builds its share of the L1 files with
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
+
+from ctp_state.l1 import L1Build
+
 _STORES: dict[str, Any] = {}
 
-#: The build job's output: one JSON result dict per L1 file.
+#: The build job's output: one JSON :class:`~ctp_state.l1.L1Build` per L1 file.
 RESULT_SCHEMA = "result string"
 
 
@@ -29,7 +32,7 @@ def _store(url: str) -> Any:
     return _STORES[url]
 
 
-def _build(url: str, compression: str, job: tuple[int, Any]) -> dict[str, Any]:
+def _build(url: str, compression: str, job: tuple[int, Any]) -> L1Build:
     from ctp_state.reconcile import build_one
 
     index, f = job
@@ -78,6 +81,9 @@ def _builder(url: str, compression: str, plan: list[bytes] | None) -> Callable[[
                 slots = batch.column("jobs").to_pylist()
             for blob in slots:
                 # one batch per slot, not per file: each Arrow batch costs the JVM too
-                yield _arrow_column("result", [json.dumps(_build(url, compression, job)) for job in pickle.loads(blob)])
+                yield _arrow_column(
+                    "result",
+                    [msgspec.json.encode(_build(url, compression, job)).decode() for job in pickle.loads(blob)],
+                )
 
     return build
