@@ -10,7 +10,7 @@ bounds on the applied epochs). :func:`follow` carries a trace forward over the e
 appended since, deciding each of P's entries the way the fold did -- or, when the
 bounds are not enough to tell, stopping there and saying so (:class:`InDoubt`). It is
 conservative by construction: it decides only what every state consistent with the
-trace would decide alike (``tests/core/test_produce_trace.py`` checks that against the
+trace would decide alike (``tests/produce/test_produce_trace.py`` checks that against the
 fold itself on random logs).
 
 Pure: no store, no clock.

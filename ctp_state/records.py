@@ -25,7 +25,7 @@ add ``UPCASTERS[N]``, a pure function from a version-N dict to a version-N+1 dic
 the new field, rename the old one, set ``"v": N+1``). Old records in the store are
 never rewritten; :func:`decode` runs every upcaster from the record's version up to
 ``VERSION``. A record newer than ``VERSION`` (written by a newer ctp) is refused, never
-guessed at. ``tests/core/test_records.py`` round-trips every type and upcasts each
+guessed at. ``tests/formats/test_records.py`` round-trips every type and upcasts each
 version kept in ``UPCASTERS``.
 """
 
@@ -41,10 +41,10 @@ from ctp_state.errors import CorruptData, UnsupportedVersion
 #: A JSON scalar: statistics and settings echoed into records.
 Scalar = int | float | str | bool | None
 
-R = TypeVar("R", bound="Record")
+R = TypeVar("R", bound="StoredRecord")
 
 
-class Record(msgspec.Struct, frozen=True, kw_only=True):
+class StoredRecord(msgspec.Struct, frozen=True, kw_only=True):
     """A stored, versioned record. Subclasses set ``VERSION``, ``WHAT`` and ``UPCASTERS``."""
 
     VERSION: ClassVar[int] = 1
@@ -58,7 +58,7 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
 def encode(rec: msgspec.Struct) -> dict[str, Any]:
     """The record as JSON-ready builtins, stamped with its type's current version."""
     out: dict[str, Any] = msgspec.to_builtins(rec)
-    if isinstance(rec, Record):
+    if isinstance(rec, StoredRecord):
         out["v"] = type(rec).VERSION
     return out
 
@@ -144,7 +144,7 @@ class PartitionReport(msgspec.Struct, frozen=True, kw_only=True):
         return self.status in ("quarantined", "fenced", "error")
 
 
-class TopicEvent(Record, frozen=True, kw_only=True):
+class TopicEvent(StoredRecord, frozen=True, kw_only=True):
     """What happened to a topic name after its first incarnation
     (``meta/history/<topic>/<seq>.json``; :mod:`ctp_state.incarnations`)."""
 
@@ -161,7 +161,7 @@ class TopicEvent(Record, frozen=True, kw_only=True):
     at_ms: int  # when this happened (the writer's clock: for people, never for decisions)
 
 
-class ReconcileSummary(Record, frozen=True, kw_only=True):
+class ReconcileSummary(StoredRecord, frozen=True, kw_only=True):
     """One reconcile run (``runs/reconcile/<seq>.json``)."""
 
     VERSION: ClassVar[int] = 2
@@ -249,7 +249,7 @@ def _gc_v3_to_v4(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "delete_epochs": None, "delete_sample": [], "deletes_key": None}
 
 
-class GcRecord(Record, frozen=True, kw_only=True):
+class GcRecord(StoredRecord, frozen=True, kw_only=True):
     """One GC run (``gc/history/<seq>.json``). Statuses: ``ok``, ``partial`` (some
     deletes still failed after retries), ``dry_run`` -- these passed the gate and count
     for monotonic M --, ``gate_failed``, ``superseded``, ``failed``."""

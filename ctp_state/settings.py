@@ -11,7 +11,7 @@ are generated from them, never written out again:
 
 An option's value is in the option's unit (``--target-file-mb 64``); :func:`from_options`
 converts to the field's unit (bytes) and validates, raising :class:`ConfigError` that
-names the option. ``tests/core/test_settings.py`` fails if any edge drifts from here.
+names the option. ``tests/settings/test_settings.py`` fails if any edge drifts from here.
 """
 
 from __future__ import annotations

@@ -257,10 +257,11 @@ def publish(
     table = ensure_table(catalog, store, t, config)
     name = ".".join(identifier(config, t.name))
     for attempt in range(1, attempts + 1):
-        try:
-            table = table.refresh()
-        except ValueError:  # the table at the name was replaced (its UUID changed): look again
-            table = ensure_table(catalog, store, t, config)
+        if attempt > 1:  # (the first attempt has the table ensure_table just loaded)
+            try:
+                table = table.refresh()
+            except ValueError:  # the table at the name was replaced (its UUID changed): look again
+                table = ensure_table(catalog, store, t, config)
         if table.properties.get(TOPIC_ID) != t.incarnation:
             raise TopicChanged(t, f"table {name} belongs to incarnation {table.properties.get(TOPIC_ID)}")
         head = table.current_snapshot()
@@ -297,7 +298,7 @@ def publish(
                 continue
             raise
         try:
-            tx.commit_transaction()
+            table = tx.commit_transaction()  # the table as this commit left it
         except CommitFailedException:
             log.info("publish of %s lost a race (attempt %d): starting again from the new head", name, attempt)
             continue
@@ -308,7 +309,7 @@ def publish(
                 log.warning("publish of %s: commit outcome unknown (%s); it did not land, again", name, e)
                 continue
         crashpoints.reached("publish_after_commit")
-        head = table.refresh().current_snapshot()
+        head = table.current_snapshot()
         return Published(
             t.name, t.id, name, head.snapshot_id if head else None, len(chosen), records, copied, attempt, new
         )
