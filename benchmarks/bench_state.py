@@ -27,7 +27,7 @@ from ctp_state import layout, window
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Claim, Placeholder, encode
 from ctp_state.fence import EpochFence
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.status import read_states
 from ctp_state.storage import ObjectStore, open_store
 from ctp_state.topics import create_topic, get_topic

@@ -37,7 +37,7 @@ from ctp_state.entries import Init, Seal
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, InvalidTransition
 from ctp_state.incarnations import NameState
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.storage import ObjectInfo, ObjectStore
 from ctp_state.topic_meta import Topic
 

@@ -44,7 +44,7 @@ from ctp_state.errors import (
 )
 from ctp_state.fence import EpochFence
 from ctp_state.l0 import ChunkRef, Record, build_object
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import Topic, get_topic
 

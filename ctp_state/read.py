@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from ctp_state import state as sm
 from ctp_state.l1 import SCHEMA, read_chunk, read_l1, to_l1_table
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import get_topic
 

@@ -42,7 +42,7 @@ from ctp_state.entries import AccessMode, Advance, Reconcile
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
 from ctp_state.l1 import L1Build, L1File, build_file
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.records import PartitionReport, ReconcileSummary
 from ctp_state.settings import ReconcileSettings
 from ctp_state.status import facts, reconcile_summaries, select_topics, try_read_partition_states

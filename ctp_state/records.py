@@ -356,6 +356,6 @@ class GcPartitionView(msgspec.Struct, frozen=True, kw_only=True):
     l1_swept_log_end: int = -1  # log end offset when the sweep last looked
     # Added after the first views (absent in older files: the defaults apply)
     lag_records: int = 0
-    status: str | None = None  # ctp_state.gc.m.PARTITION_STATUSES
+    status: str | None = None  # ctp_state.gc.safe_epoch.PARTITION_STATUSES
     status_detail: str | None = None  # the quarantined L0 key, the claim's owner and lease end
     topic_id: str | None = None  # the topic's incarnation (None: created before ids, or an older view)

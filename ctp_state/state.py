@@ -303,7 +303,7 @@ def replay(state: PartitionState, first_offset: int, entries: list[Entry]) -> Pa
 
 def _apply_init(s: PartitionState, offset: int, e: Init) -> PartitionState:
     # The first init initializes the log. Writers put it at offset 0 and never write
-    # anything else there (ctp_state.log); an init at a later offset exists only in a
+    # anything else there (ctp_state.partition_log); an init at a later offset exists only in a
     # log an older ctp damaged, written by `ctp topic create` to repair it. Every entry
     # before it was rejected ("not initialized"), so nothing it follows ever took effect.
     if s.initialized:

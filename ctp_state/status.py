@@ -9,7 +9,7 @@ from ctp_state import incarnations, layout
 from ctp_state import state as sm
 from ctp_state.errors import CtpError, TopicNotFound
 from ctp_state.incarnations import NameState
-from ctp_state.log import DEFAULT_SNAPSHOT_EVERY, PartitionLog
+from ctp_state.partition_log import DEFAULT_SNAPSHOT_EVERY, PartitionLog
 from ctp_state.records import HolderFacts, PartitionFacts, ReconcileSummary
 from ctp_state.sequence import DenseSequence
 from ctp_state.storage import ObjectStore

@@ -14,7 +14,7 @@ nothing learnt about one incarnation is believed of the next (docs/design.md, "T
 incarnations"). Topics created before ids have none (metadata version 1 and 2): each
 is its name's only, legacy, incarnation, and works as before.
 
-Offset 0 of a partition log is its init entry and nothing else (ctp_state.log never
+Offset 0 of a partition log is its init entry and nothing else (ctp_state.partition_log never
 appends anything else to a log without one). A log that an older ctp let a producer
 write to first holds a rejected placeholder at offset 0 and no init: running the
 create again repairs it by appending the init after those entries (which stay
@@ -120,7 +120,7 @@ def _repair(
     store: ObjectStore, topic: Topic, partition: int, entry0: str, on_repair: Callable[[int, str], None] | None
 ) -> bool:
     """Give a log whose offset 0 is not an init entry its init; True if it needed one."""
-    from ctp_state.log import PartitionLog  # the log builds on this module's peers
+    from ctp_state.partition_log import PartitionLog  # the log builds on this module's peers
 
     try:
         if isinstance(decode(store.get(entry0), entry0), Init):

@@ -36,7 +36,7 @@ from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, TopicDeleted
 from ctp_state.gc.history import GcHistory
 from ctp_state.incarnations import NameState, all_names
 from ctp_state.l1 import parse_l1
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.status import reconcile_summaries as summaries
 from ctp_state.status import select_topics, unaccounted_logs
 from ctp_state.storage import ObjectStore

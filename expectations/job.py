@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ctp_state.errors import CorruptData, GateFailed, ObjectNotFound
-from ctp_state.gc import run_gc, validate
+from ctp_state.gc import run_gate, run_gc
 from ctp_state.gc.history import GcHistory
 from ctp_state.gc.prepare import held_by
 from ctp_state.gc.table_hook import TableHook
@@ -126,7 +126,7 @@ def validate_job(
 ) -> Validation:
     """The gate alone: nothing is listed for deletion, deleted or recorded."""
     gate = GxGate(report_dir, store_url=store.url)
-    result, failures, p = validate(store, gate, config, tables=tables)
+    result, failures, p = run_gate(store, gate, config, tables=tables)
     return Validation(
         success=not failures,
         failures=tuple(failures),

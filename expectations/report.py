@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from ctp_state import layout
-from ctp_state.gc.m import PARTITION_STATUSES
+from ctp_state.gc.safe_epoch import PARTITION_STATUSES
 from ctp_state.records import GcPartitionView, GcRecord
 from ctp_state.storage import ObjectStore
 

@@ -1,10 +1,10 @@
 """Garbage collection: M, the gate's tables, deletes, L1 orphans and the history.
 
-- :mod:`.m` -- the safe epoch M = min(C - 1, min M(p)) and who holds it back (R4, R7);
+- :mod:`.safe_epoch` -- the safe epoch M = min(C - 1, min M(p)) and who holds it back (R4, R7);
 - :mod:`.inputs` -- C, then every partition's state from its log, as the GC sees it;
 - :mod:`.tables` -- the Arrow tables the Great Expectations gate checks;
 - :mod:`.delete` -- listing L0 up to M per spread prefix and deleting it, paced (AIMD);
-- :mod:`.l1` -- new committed L1 files checked, L1 orphans collected;
+- :mod:`.l1_sweep` -- new committed L1 files checked, L1 orphans collected;
 - :mod:`.history` -- the append-only GC history and each run's partition view;
 - :mod:`.table_hook` -- what the GC asks of the topics' Iceberg tables (it knows no catalog);
 - :mod:`.prepare` -- a run up to and including the gate: inputs, M, the gate's tables, the check;
@@ -14,9 +14,9 @@
 from ctp_state.gc.delete import GcCounters, backoff_delay, delete_objects, plan_l0_deletes, scan_prefix, spread_of
 from ctp_state.gc.history import PASSED, GcHistory, high_water
 from ctp_state.gc.inputs import PartitionView, gather
-from ctp_state.gc.m import Holdback, MDecision, compute_m
-from ctp_state.gc.prepare import Gate, GateResult, prepare, validate
+from ctp_state.gc.prepare import Gate, GateResult, prepare, run_gate
 from ctp_state.gc.run import run_gc
+from ctp_state.gc.safe_epoch import Holdback, MDecision, compute_m
 from ctp_state.gc.tables import HISTORY_SCHEMA, STATE_SCHEMA, history_table, state_table
 from ctp_state.settings import GcSettings
 
@@ -40,9 +40,9 @@ __all__ = [
     "history_table",
     "plan_l0_deletes",
     "prepare",
+    "run_gate",
     "run_gc",
     "scan_prefix",
     "spread_of",
     "state_table",
-    "validate",
 ]

@@ -58,7 +58,7 @@ PARTITION_SCHEMA = pa.schema(
         ("l1_swept_through", pa.int64()),  # every L1 key whose first offset <= this is resolved
         ("l1_swept_log_end", pa.int64()),  # log end offset when the sweep last looked
         ("lag_records", pa.int64()),
-        ("status", pa.string()),  # ctp_state.gc.m.PARTITION_STATUSES
+        ("status", pa.string()),  # ctp_state.gc.safe_epoch.PARTITION_STATUSES
         ("status_detail", pa.string()),
         ("topic_id", pa.string()),  # the topic's incarnation (null: created before ids)
     ]

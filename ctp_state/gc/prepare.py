@@ -30,11 +30,11 @@ from typing import Any
 import pyarrow as pa
 
 from ctp_state.errors import CorruptData, ObjectNotFound, StateUnreadable
-from ctp_state.gc import l1 as gc_l1
+from ctp_state.gc import l1_sweep
 from ctp_state.gc.alert import m_alert
 from ctp_state.gc.history import GcHistory, high_water
 from ctp_state.gc.inputs import PartitionView, gather_all, newest_summary, quarantined_of
-from ctp_state.gc.m import Holdback, MDecision, PartitionStatus, compute_m, partition_status
+from ctp_state.gc.safe_epoch import Holdback, MDecision, PartitionStatus, compute_m, partition_status
 from ctp_state.gc.table_hook import TableHeads, TableHook
 from ctp_state.gc.tables import (
     history_table,
@@ -78,12 +78,12 @@ class Prepared:
     views: list[PartitionView]
     decision: MDecision
     summary_used: str | None  # the reconcile summary the R7 reasons came from
-    sweeps: list[gc_l1.SweepResult]
+    sweeps: list[l1_sweep.SweepResult]
     watermarks: dict[tuple[str, int], tuple[int, int]]
     new_marks: dict[tuple[str, int], tuple[int, int]]
     frames: dict[str, pa.Table]
     history_skipped: list[tuple[int, str]] = field(default_factory=list)
-    full_sweep: bool = False  # this run lists every L1 file (gc_l1 "Full sweeps")
+    full_sweep: bool = False  # this run lists every L1 file (l1_sweep "Full sweeps")
     last_full_sweep_ms: int | None = None  # when the last completed full sweep started
     alert: GcAlert | None = None  # M stalled or a partition quarantined (gc/alert.py)
     statuses: dict[tuple[str, int], PartitionStatus] = field(default_factory=dict)  # for the operator's view
@@ -189,7 +189,7 @@ def prepare(
             not config.sweep_topics or v.topic in config.sweep_topics
         )
         inputs.append(
-            gc_l1.SweepInput(
+            l1_sweep.SweepInput(
                 v.topic,
                 v.partition,
                 v.last_reconciled_offset,
@@ -204,7 +204,7 @@ def prepare(
             )
         )
     on_progress("l1-check", 0, len(inputs))
-    sweeps = gc_l1.sweep(store, inputs, now_s=clock(), grace_s=config.l1_grace_s)
+    sweeps = l1_sweep.sweep(store, inputs, now_s=clock(), grace_s=config.l1_grace_s)
     on_progress("l1-check", len(inputs), len(inputs))
     new_marks = dict(watermarks)
     new_marks.update({(s.topic, s.partition): (s.swept_through, s.swept_log_end) for s in sweeps})
@@ -222,7 +222,7 @@ def prepare(
             },
         ),
         "partition_state": state_table(views, previous_lb, decision.m),
-        "l1_files": gc_l1.check_table(sweeps),
+        "l1_files": l1_sweep.check_table(sweeps),
         "table_files": table_files_table(heads.heads),
         "table_partitions": table_partitions_table(heads.heads, views),
     }
@@ -289,7 +289,7 @@ def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
     return result, failures
 
 
-def validate(
+def run_gate(
     store: ObjectStore, gate: Gate, config: GcSettings = GcSettings(), **kw: Any
 ) -> tuple[GateResult, list[str], Prepared]:
     """The checkpoint alone (``ctp validate``): nothing is listed for deletion, deleted

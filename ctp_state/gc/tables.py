@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from ctp_state import layout
 from ctp_state.gc.history import DELETES_SCHEMA, PARTITION_SCHEMA
-from ctp_state.gc.m import PartitionStatus
+from ctp_state.gc.safe_epoch import PartitionStatus
 from ctp_state.records import GcRecord
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The GC's L1 sweep (ctp_state/gc/l1.py) in whole GC runs behind the real gate, on both
+"""The GC's L1 sweep (ctp_state/gc/l1_sweep.py) in whole GC runs behind the real gate, on both
 backends: a new L1 file whose bytes are not the committed ones fails the gate, orphans of
 crashed reconcilers are collected after the grace (never a file a live writer could
 still commit), the watermark stays on a commit boundary, the periodic full sweep finds
@@ -12,7 +12,7 @@ import pytest
 
 from ctp_state import layout
 from ctp_state.errors import CorruptData, GateFailed
-from ctp_state.gc import l1 as gc_l1
+from ctp_state.gc import l1_sweep as gc_l1
 from ctp_state.gc import run_gc
 from ctp_state.read import committed_l1_keys
 from ctp_state.reconcile import run_reconcile

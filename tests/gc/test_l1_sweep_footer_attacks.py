@@ -4,7 +4,7 @@ schema, the column-chunk metadata) is not checked by anything.
 The footer names the columns and the fields of the ``headers`` struct. One bit flipped
 in the field name ``value`` of that struct (``v`` -> ``r``: 0x76 ^ 0x04) leaves a file
 that every page checksum still passes. The GC's whole-file read
-(ctp_state/gc/l1.py ``_check_row``: ``parse_l1`` + the offset column) passes, the gate
+(ctp_state/gc/l1_sweep.py ``_check_row``: ``parse_l1`` + the offset column) passes, the gate
 passes, the GC deletes the L0 object -- the only copy that could be checked against the
 producer's CRC32C -- and ``read_partition`` (``.select(SCHEMA.names).cast(SCHEMA)``)
 casts the struct by field name: every header's value is served as ``None``, with no

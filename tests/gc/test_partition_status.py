@@ -1,11 +1,11 @@
-"""The operator's status of a partition (ctp_state.gc.m.partition_status): pure, worst
+"""The operator's status of a partition (ctp_state.gc.safe_epoch.partition_status): pure, worst
 first, and named with what the operator acts on (the L0 key, the claim's owner and
 lease end, the lag)."""
 
 from __future__ import annotations
 
 from ctp_state.entries import AccessMode
-from ctp_state.gc.m import PARTITION_STATUSES, partition_status
+from ctp_state.gc.safe_epoch import PARTITION_STATUSES, partition_status
 from ctp_state.state import Holder, PartitionState, Pending
 
 NOW = 1_800_000_000_000

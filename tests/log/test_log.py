@@ -11,7 +11,7 @@ import pytest
 
 from ctp_state.entries import AccessMode, Placeholder, encode
 from ctp_state.errors import ClaimHeld
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.topics import create_topic, get_topic
 from tests.support import CountingStore, plog
 

@@ -1,5 +1,5 @@
 """HELD: a reconciler whose lease runs out mid-run (timed by the store's modification
-time of its claim entry, ctp_state/log.py ``_lapsed_by_store_clock``) is named lapsed
+time of its claim entry, ctp_state/partition_log.py ``_lapsed_by_store_clock``) is named lapsed
 by a second reconciler, which claims, builds the same L1 keys and commits. The first
 one then commits: it is fenced (writer epoch below the fence floor), its release has
 nothing to release, and its rewrite of the same deterministic L1 keys after the

@@ -8,7 +8,7 @@ import threading
 
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.topics import create_topic, get_topic
 from tests.support import CountingStore, plog
 

@@ -20,7 +20,7 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, CtpError
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile

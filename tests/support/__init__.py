@@ -24,7 +24,7 @@ from ctp_state import l1, layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import StoreError
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys, read_partition
 from ctp_state.reconcile import run_reconcile

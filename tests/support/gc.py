@@ -12,7 +12,7 @@ from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import STATE_SCHEMA, history_table
 from ctp_state.gc.history import GcHistory
-from ctp_state.gc.l1 import L1_CHECK_SCHEMA
+from ctp_state.gc.l1_sweep import L1_CHECK_SCHEMA
 from ctp_state.gc.tables import TABLE_FILES_SCHEMA, TABLE_PARTITIONS_SCHEMA
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer

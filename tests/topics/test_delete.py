@@ -19,7 +19,7 @@ from ctp_state.errors import TopicDeleted, TopicNotFound
 from ctp_state.gc import run_gc
 from ctp_state.incarnations import all_names, read_name
 from ctp_state.l0 import Record
-from ctp_state.log import SNAPSHOTS_SET_ASIDE
+from ctp_state.partition_log import SNAPSHOTS_SET_ASIDE
 from ctp_state.producer import Producer
 from ctp_state.settings import GcSettings
 from ctp_state.topics import create_topic, get_topic, list_topics

@@ -34,7 +34,7 @@ from ctp_state.errors import CorruptData, StateUnreadable
 from ctp_state.gc import run_gc
 from ctp_state.incarnations import all_names, read_name
 from ctp_state.l0 import Record
-from ctp_state.log import PartitionLog
+from ctp_state.partition_log import PartitionLog
 from ctp_state.producer import Producer
 from ctp_state.storage.base import DeleteResult
 from ctp_state.topic_meta import Topic, encode_meta
@@ -65,9 +65,9 @@ def test_an_idle_producer_is_not_acknowledged_into_a_removed_incarnation(store, 
     its recheck interval (30 s by default; 0.2 s here, with a removal grace of 0 instead
     of 1 h) first checks that the log still holds the entry its state ends at: the write
     is rejected (nothing written) and the next one goes to the new incarnation."""
-    import ctp_state.log
+    import ctp_state.partition_log
 
-    monkeypatch.setattr(ctp_state.log, "DEFAULT_RECHECK_AFTER_S", 0.2)
+    monkeypatch.setattr(ctp_state.partition_log, "DEFAULT_RECHECK_AFTER_S", 0.2)
     create_topic(store, "t", 1)
     ClusterEpoch(store).advance()
     with Producer(store, epoch_ttl_s=0) as prod:
