@@ -21,6 +21,10 @@ entry's records are reported *unknown* with its log offset and nothing after the
 
 For a file, ``ctp produce`` derives the producer id from the file's bytes: same bytes,
 same id, same sequence numbers.
+
+Why one module of about 430 lines: resume, send and the progress record are one
+protocol (what a re-run may skip depends on what the progress record wrote before each
+send); the pure part of it, following a trace, is :mod:`ctp_state.produce_trace`.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ Crash safety: L1 keys are deterministic, so a rerun rewrites the same files; rea
 follow only committed keys, so a file written before a crash and never committed is an
 orphan for the GC, never a duplicate. A partition whose chunk is corrupt or missing is
 quarantined: nothing is committed for it and its M(p) stays where it was.
+
+Why one module of about 450 lines: it is one run, its steps in the order above, so the
+order the crash-safety argument rests on (build before commit, commit before release)
+reads from top to bottom; the Spark side of step 4 lives in :mod:`ctp_state.spark`.
 """
 
 from __future__ import annotations
