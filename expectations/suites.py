@@ -27,135 +27,92 @@ not carry it) has no pending epoch.
 
 from __future__ import annotations
 
+from typing import Any
+
 import great_expectations as gx
 import great_expectations.expectations as gxe
 
 MISSING = "either_value_is_missing"
 
 
-def gc_history() -> gx.ExpectationSuite:
-    s = gx.ExpectationSuite(name="gc_history")
-    s.add_expectation(
-        gxe.ExpectColumnValuesToNotBeNull(
-            column="m", meta={"why": "M must be computable: every partition has its init entry"}
-        )
+def _suite(name: str, *expectations: Any) -> gx.ExpectationSuite:
+    s = gx.ExpectationSuite(name=name)
+    for e in expectations:
+        s.add_expectation(e)
+    return s
+
+
+def _equal(a: str, b: str, why: str, *, skip_missing: bool = False) -> Any:
+    """Column ``a`` equals column ``b`` on every row (with ``skip_missing``: on every row
+    where both are there)."""
+    extra = {"ignore_row_if": MISSING} if skip_missing else {}
+    return gxe.ExpectColumnPairValuesToBeEqual(column_A=a, column_B=b, meta={"why": why}, **extra)
+
+
+def _above(a: str, b: str, why: str, *, or_equal: bool) -> Any:
+    """Column ``a`` is greater than (``or_equal``: at least) column ``b`` wherever both
+    are there."""
+    return gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+        column_A=a, column_B=b, or_equal=or_equal, ignore_row_if=MISSING, meta={"why": why}
     )
-    s.add_expectation(
+
+
+def _not_null(column: str, why: str) -> Any:
+    return gxe.ExpectColumnValuesToNotBeNull(column=column, meta={"why": why})
+
+
+def gc_history() -> gx.ExpectationSuite:
+    return _suite(
+        "gc_history",
+        _not_null("m", "M must be computable: every partition has its init entry"),
         gxe.ExpectColumnValuesToBeIncreasing(
             column="m", strictly=False, meta={"why": "I3: M over the GC history never decreases"}
-        )
+        ),
+        _above("m", "m_high_water_before", "I3: M is never below the highest M a passing run recorded", or_equal=True),
+        _above("cluster_epoch", "m", "R4: M <= C - 1", or_equal=False),
+        gxe.ExpectColumnValuesToBeUnique(column="seq"),
     )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A="m",
-            column_B="m_high_water_before",
-            or_equal=True,
-            ignore_row_if=MISSING,
-            meta={"why": "I3: M is never below the highest M a passing run recorded"},
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A="cluster_epoch",
-            column_B="m",
-            or_equal=False,
-            ignore_row_if=MISSING,
-            meta={"why": "R4: M <= C - 1"},
-        )
-    )
-    s.add_expectation(gxe.ExpectColumnValuesToBeUnique(column="seq"))
-    return s
 
 
 def partition_state() -> gx.ExpectationSuite:
-    s = gx.ExpectationSuite(name="partition_state")
-    s.add_expectation(
-        gxe.ExpectColumnValuesToNotBeNull(
-            column="min_epoch_lower_bound", meta={"why": "every partition has its init entry"}
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A="min_epoch_lower_bound",
-            column_B="previous_min_epoch_lower_bound",
+    return _suite(
+        "partition_state",
+        _not_null("min_epoch_lower_bound", "every partition has its init entry"),
+        _above(
+            "min_epoch_lower_bound",
+            "previous_min_epoch_lower_bound",
+            "I3: a partition's lower bound never decreases",
             or_equal=True,
-            ignore_row_if=MISSING,
-            meta={"why": "I3: a partition's lower bound never decreases"},
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A="max_applied_epoch",
-            column_B="previous_applied_epoch",
+        ),
+        _above("max_applied_epoch", "previous_applied_epoch", "previous_applied <= max_applied", or_equal=True),
+        _above(
+            "previous_applied_epoch",
+            "min_epoch_lower_bound",
+            "R3: the lower bound never passes previous_applied",
             or_equal=True,
-            ignore_row_if=MISSING,
-            meta={"why": "previous_applied <= max_applied"},
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A="previous_applied_epoch",
-            column_B="min_epoch_lower_bound",
-            or_equal=True,
-            ignore_row_if=MISSING,
-            meta={"why": "R3: the lower bound never passes previous_applied"},
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A="min_pending_epoch",
-            column_B="candidate_m",
+        ),
+        _above(
+            "min_pending_epoch",
+            "candidate_m",
+            "I1: no pending placeholder may point at an L0 object at or below M",
             or_equal=False,
-            ignore_row_if=MISSING,
-            meta={"why": "I1: no pending placeholder may point at an L0 object at or below M"},
-        )
+        ),
+        gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition"]),
     )
-    s.add_expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition"]))
-    return s
 
 
 def l1_files() -> gx.ExpectationSuite:
-    s = gx.ExpectationSuite(name="l1_files")
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="first_offset",
-            column_B="expected_first_offset",
-            meta={"why": "I2: a partition's L1 files are contiguous (each starts after the previous)"},
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="rows",
-            column_B="distinct_offsets",
-            ignore_row_if=MISSING,
-            meta={"why": "I2: offsets within a file are unique"},
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="rows",
-            column_B="span",
-            ignore_row_if=MISSING,
-            meta={"why": "I2: a file holds every offset of its range"},
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="min_offset",
-            column_B="first_offset",
-            ignore_row_if=MISSING,
-            meta={"why": "a file's offsets start where its key says"},
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="max_offset",
-            column_B="last_offset",
-            ignore_row_if=MISSING,
-            meta={"why": "a file's offsets end where its key says"},
-        )
-    )
-    s.add_expectation(
+    return _suite(
+        "l1_files",
+        _equal(
+            "first_offset",
+            "expected_first_offset",
+            "I2: a partition's L1 files are contiguous (each starts after the previous)",
+        ),
+        _equal("rows", "distinct_offsets", "I2: offsets within a file are unique", skip_missing=True),
+        _equal("rows", "span", "I2: a file holds every offset of its range", skip_missing=True),
+        _equal("min_offset", "first_offset", "a file's offsets start where its key says", skip_missing=True),
+        _equal("max_offset", "last_offset", "a file's offsets end where its key says", skip_missing=True),
         gxe.ExpectColumnValuesToBeInSet(
             column="checksums_ok",
             value_set=[True],
@@ -163,71 +120,43 @@ def l1_files() -> gx.ExpectationSuite:
                 "why": "I2: a new L1 file is there and reads intact (CRC32C as committed, page checksums, "
                 "schema) before its L0 sources go"
             },
-        )
+        ),
+        gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition", "first_offset"]),
     )
-    s.add_expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition", "first_offset"]))
-    return s
 
 
 def table_files() -> gx.ExpectationSuite:
-    s = gx.ExpectationSuite(name="table_files")
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="first_offset",
-            column_B="expected_first_offset",
-            meta={
-                "why": "I2: a partition's files in the table start at offset 0 and follow each other (no gap, no overlap)"
-            },
-        )
+    return _suite(
+        "table_files",
+        _equal(
+            "first_offset",
+            "expected_first_offset",
+            "I2: a partition's files in the table start at offset 0 and follow each other (no gap, no overlap)",
+        ),
+        _equal("records", "span", "I2: a table file holds one record per offset of its range"),
+        _equal("min_offset", "first_offset", "a table file's offsets start where its name says", skip_missing=True),
+        _equal("max_offset", "last_offset", "a table file's offsets end where its name says", skip_missing=True),
+        gxe.ExpectColumnValuesToBeUnique(column="path", meta={"why": "I2: a file is in a table once"}),
     )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="records",
-            column_B="span",
-            meta={"why": "I2: a table file holds one record per offset of its range"},
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="min_offset",
-            column_B="first_offset",
-            ignore_row_if=MISSING,
-            meta={"why": "a table file's offsets start where its name says"},
-        )
-    )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="max_offset",
-            column_B="last_offset",
-            ignore_row_if=MISSING,
-            meta={"why": "a table file's offsets end where its name says"},
-        )
-    )
-    s.add_expectation(gxe.ExpectColumnValuesToBeUnique(column="path", meta={"why": "I2: a file is in a table once"}))
-    return s
 
 
 def table_partitions() -> gx.ExpectationSuite:
-    s = gx.ExpectationSuite(name="table_partitions")
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A="reconciled_through",
-            column_B="published_through",
+    return _suite(
+        "table_partitions",
+        # (no state beside a row: the topic was deleted, or re-created, after its table was read)
+        _above(
+            "reconciled_through",
+            "published_through",
+            "published <= reconciled: the table holds nothing its state log does not commit",
             or_equal=True,
-            ignore_row_if=MISSING,
-            # (no state beside it: the topic was deleted, or re-created, after its table was read)
-            meta={"why": "published <= reconciled: the table holds nothing its state log does not commit"},
-        )
+        ),
+        _equal(
+            "published_through",
+            "files_through",
+            "the table's published vector names exactly the offsets its files hold",
+        ),
+        gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition"]),
     )
-    s.add_expectation(
-        gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="published_through",
-            column_B="files_through",
-            meta={"why": "the table's published vector names exactly the offsets its files hold"},
-        )
-    )
-    s.add_expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition"]))
-    return s
 
 
 #: table name -> suite builder; the GC passes tables under these names.
