@@ -14,6 +14,7 @@ import pytest
 
 from ctp_state.gc.history import GcHistory
 from ctp_state.storage import open_store
+from expectations.suites import SUITES
 from tests.report import sample
 
 CHROMIUM = shutil.which(os.environ.get("CTP_CHROMIUM", "chromium")) or "/usr/bin/chromium"
@@ -97,7 +98,7 @@ def test_every_link_from_the_report_and_the_data_docs_index_shows_content_offlin
     validation_links = page.eval_on_selector_all("a.validation-link", "els => els.map(e => e.href)")
     history = GcHistory(store)
     gate_runs = [r for r in history.records() if r.gate is not None]
-    assert len(validation_links) == 3 * len(gate_runs)  # three suites a run, each linked directly
+    assert len(validation_links) == len(SUITES) * len(gate_runs)  # every suite of a run, each linked directly
 
     _open(page, docs_index[0])
     rows = page.locator("table tr").count()
@@ -114,7 +115,7 @@ def test_every_link_from_the_report_and_the_data_docs_index_shows_content_offlin
             assert page.locator("table tr").count() >= 3, url
             assert "Expectation" in text or "expect" in text.lower(), url
         seen += 1
-    assert seen >= 3 * len(gate_runs) + len(gate_runs) + 1
+    assert seen >= len(SUITES) * len(gate_runs) + len(gate_runs) + 1
     assert remote == [], f"pages asked for the network: {remote[:5]}"
 
 
