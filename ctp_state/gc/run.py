@@ -51,7 +51,7 @@ def run_gc(
     tables: TableHook | None = None,
 ) -> GcRecord:
     """One GC run; returns its history record. With ``tables`` (see
-    :func:`ctp_state.table.maintenance.hook`), the gate also checks the topics' Iceberg
+    :class:`ctp_state.table.maintenance.CatalogTables`), the gate also checks the topics' Iceberg
     tables against their state logs, and the run expires old table snapshots and deletes
     the table files nothing reaches any more. Raises :class:`GateFailed` (nothing
     deleted) when the checkpoint fails, :class:`StateUnreadable` (nothing deleted, the

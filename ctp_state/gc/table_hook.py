@@ -1,7 +1,7 @@
 """The GC's hook into the topics' Iceberg tables, and what crosses it.
 
 The GC itself knows no catalog: the CLI and the DAG build a :class:`TableHook` (see
-:func:`ctp_state.table.maintenance.hook`) and hand it to the run. A run asks it twice:
+:class:`ctp_state.table.maintenance.CatalogTables`) and hand it to the run. A run asks it twice:
 
 1. :meth:`TableHook.heads`, *before* it reads any partition's state: what each live
    topic's table holds (its head's data files and published vector). Read in this order,
