@@ -61,7 +61,7 @@ from ctp_state.topics import create_topic
 
 
 def produce(store, gib: float, partitions: int, value_size: int, flush_records: int) -> dict:
-    create_topic(store, "bench", partitions)
+    create_topic(store, "bench", partitions, exist_ok=True)
     ClusterEpoch(store).advance()
     pool = os.urandom(value_size * 4096 + value_size)
     total = int(gib * 1024**3 / value_size)

@@ -13,9 +13,10 @@ that names the key; nothing is guessed.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+import msgspec
 
 from ctp_state import codec, validate
 from ctp_state.errors import CorruptData, UnsupportedVersion
@@ -24,9 +25,13 @@ ENTRY_VERSION = 2
 #: Written for a reconcile or advance entry that also releases its claim.
 RELEASING_ENTRY_VERSION = 3
 SUPPORTED_ENTRY_VERSIONS = (1, 2, 3)  # 1: before checksums, read but never written
-#: Fields written only when set, so the common entry stays small.
-_OPTIONAL = ("writer_epoch", "producer_id", "sequence", "fingerprint", "release_owner")
-_OPTIONAL_EMPTY = ("expired", "l1_crc32c")
+
+# The fields' bounds, checked by the codec when an entry is read (never when one is built).
+Epoch = Annotated[int, msgspec.Meta(ge=1, le=validate.MAX_EPOCH)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=validate.INT64_MAX)]
+Positive = Annotated[int, msgspec.Meta(ge=1, le=validate.INT64_MAX)]
+Crc32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFFFFFF)]
+Name = Annotated[str, msgspec.Meta(min_length=1)]
 
 
 class AccessMode(str, Enum):  # noqa: UP042 - str(mode) in messages names the member
@@ -37,66 +42,66 @@ class AccessMode(str, Enum):  # noqa: UP042 - str(mode) in messages names the me
     WAIT_FOR_EXCLUSIVE = "wait_for_exclusive"  # the claimer waits, then claims exclusively
 
 
-@dataclass(frozen=True, slots=True)
-class Init:
+class _Entry(msgspec.Struct, frozen=True, tag_field="kind", omit_defaults=True, forbid_unknown_fields=True):
+    """An entry's fields; its ``kind`` is its tag. Optional fields are written only when
+    set (``omit_defaults``), so the common entry stays small."""
+
+
+class Init(_Entry, tag="init", frozen=True):
     """Written once, at partition creation, with the then-current cluster epoch (R4)."""
 
     kind: ClassVar[str] = "init"
-    epoch: int
+    epoch: Epoch
 
 
-@dataclass(frozen=True, slots=True)
-class Placeholder:
+class Placeholder(_Entry, tag="placeholder", frozen=True):
     """Points at one partition's chunk inside an L0 object written under ``epoch``."""
 
     kind: ClassVar[str] = "placeholder"
-    epoch: int
-    l0_key: str
-    byte_offset: int
-    byte_length: int
-    record_count: int
-    crc32c: int
-    writer_epoch: int | None = None  # set by producers that hold a claim
+    epoch: Epoch
+    l0_key: Name
+    byte_offset: Count
+    byte_length: Positive
+    record_count: Positive
+    crc32c: Crc32
+    writer_epoch: Positive | None = None  # set by producers that hold a claim
     # R8: an idempotent producer's id, the sequence number of the chunk's first record
     # among everything that producer sent to this partition, and the CRC32C of the
     # records' keys, values and headers (what a re-send of this batch must match).
-    producer_id: str | None = None
-    sequence: int | None = None
-    fingerprint: int | None = None
+    producer_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    sequence: Count | None = None
+    fingerprint: Crc32 | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Reconcile:
+class Reconcile(_Entry, tag="reconcile", frozen=True):
     """The reconciler lifted every accepted placeholder through log offset
     ``through_log_offset`` into ``l1_keys``; records up to ``last_record_offset``."""
 
     kind: ClassVar[str] = "reconcile"
-    through_log_offset: int
-    last_record_offset: int
-    l1_keys: tuple[str, ...]
-    min_epoch_lower_bound: int
-    writer_epoch: int
+    through_log_offset: Count
+    last_record_offset: Annotated[int, msgspec.Meta(ge=-1, le=validate.INT64_MAX)]
+    l1_keys: tuple[Name, ...]
+    min_epoch_lower_bound: Epoch
+    writer_epoch: Positive
     # CRC32C of each L1 file's bytes, as written: the end-to-end check that readers
     # and the GC apply to the whole file (Parquet's page checksums leave the footer out).
-    l1_crc32c: tuple[int, ...] = ()
+    l1_crc32c: tuple[Crc32, ...] = ()
     # The owner whose claim (under ``writer_epoch``) this entry also releases, as a
     # Release right after it would: one entry, one object write, instead of two.
-    release_owner: str | None = None
+    release_owner: Name | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Advance:
+class Advance(_Entry, tag="advance", frozen=True):
     """R6: moves an idle, caught-up partition's applied epochs up to ``epoch``
     (collapsing its window as recovery does) so it stops pinning M."""
 
     kind: ClassVar[str] = "advance"
-    epoch: int
-    writer_epoch: int
-    release_owner: str | None = None  # as Reconcile.release_owner
+    epoch: Epoch
+    writer_epoch: Positive
+    release_owner: Name | None = None  # as Reconcile.release_owner
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(_Entry, tag="claim", frozen=True):
     """R5: takes (or renews) a claim; every claim bumps the writer epoch.
 
     ``now_ms`` is the claimer's clock when it decided the claim was free, so that
@@ -104,54 +109,45 @@ class Claim:
     """
 
     kind: ClassVar[str] = "claim"
-    writer_epoch: int
-    owner: str
+    writer_epoch: Positive
+    owner: Name
     mode: AccessMode
-    lease_until_ms: int
-    now_ms: int
+    lease_until_ms: Count
+    now_ms: Count
     # (owner, writer epoch) of holders whose lease the claimer found over by the store's
     # clock (the time the store wrote their claim, plus the lease's length), though not
     # by their own: a holder whose clock ran fast must not block a partition past its
     # lease. The log decides once, as for now_ms.
-    expired: tuple[tuple[str, int], ...] = ()
+    expired: tuple[tuple[Name, Positive], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
+class Release(_Entry, tag="release", frozen=True):
     """R5: gives up ``owner``'s claim before its lease ends."""
 
     kind: ClassVar[str] = "release"
-    owner: str
-    writer_epoch: int
+    owner: Name
+    writer_epoch: Positive
 
 
-@dataclass(frozen=True, slots=True)
-class Seal:
+class Seal(_Entry, tag="seal", frozen=True):
     """R10: the partition's topic incarnation was deleted (``ctp topic delete``); every
     entry after this one is rejected, so an appender that missed the delete learns it
     from the log itself. ``at_ms`` is the sealer's clock, for people only."""
 
     kind: ClassVar[str] = "seal"
-    at_ms: int
+    at_ms: Count
 
 
 Entry = Init | Placeholder | Reconcile | Advance | Claim | Release | Seal
-_KINDS: dict[str, type] = {c.kind: c for c in (Init, Placeholder, Reconcile, Advance, Claim, Release, Seal)}
+_KINDS: dict[str, type[_Entry]] = {c.kind: c for c in (Init, Placeholder, Reconcile, Advance, Claim, Release, Seal)}
+_RELEASING = ("reconcile", "advance")
 
 
 def encode(entry: Entry) -> bytes:
-    releasing = getattr(entry, "release_owner", None) is not None
-    body: dict[str, Any] = {"v": RELEASING_ENTRY_VERSION if releasing else ENTRY_VERSION, "kind": entry.kind}
-    for k, v in asdict(entry).items():
-        if (v is None and k in _OPTIONAL) or (v == () and k in _OPTIONAL_EMPTY):
-            continue
-        body[k] = (
-            v.value
-            if isinstance(v, Enum)
-            else [list(x) if isinstance(x, tuple) else x for x in v]
-            if isinstance(v, tuple)
-            else v
-        )
+    """The entry as sealed JSON: its fields (those at their default left out), its
+    ``kind`` and its version."""
+    body: dict[str, Any] = msgspec.to_builtins(entry)  # JSON edge: the dict codec.seal canonicalizes
+    body["v"] = RELEASING_ENTRY_VERSION if getattr(entry, "release_owner", None) is not None else ENTRY_VERSION
     return codec.seal(body)
 
 
@@ -168,117 +164,32 @@ def decode(data: bytes, key: str) -> Entry:
     version = body.pop("v", None)
     if version not in SUPPORTED_ENTRY_VERSIONS:
         raise UnsupportedVersion(key, "entry", version, SUPPORTED_ENTRY_VERSIONS)
-    kind = body.pop("kind", None)
-    cls = _KINDS.get(kind)
-    if cls is None:
+    kind = body.get("kind")
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise CorruptData(key, f"unknown entry kind {kind!r}")
-    names = {f.name for f in fields(cls)}
-    if version != RELEASING_ENTRY_VERSION:
-        names.discard("release_owner")
-    elif body.get("release_owner") is None:
-        raise CorruptData(key, f"version {version} {kind} entry releases no claim (release_owner is missing)")
-    extra = set(body) - names
-    if extra:
-        raise CorruptData(key, f"{kind} entry has unknown fields {sorted(extra)}")
+    # Version 3 is version 2 plus release_owner, on the two kinds that release.
+    if version == RELEASING_ENTRY_VERSION and kind in _RELEASING:
+        if body.get("release_owner") is None:
+            raise CorruptData(key, f"version {version} {kind} entry releases no claim (release_owner is missing)")
+    elif "release_owner" in body:
+        raise CorruptData(key, f"{kind} entry has unknown fields ['release_owner'] (version {version})")
     try:
-        entry = _build(cls, body)
-    except (TypeError, ValueError) as e:
+        entry: Entry = msgspec.convert(body, Entry)
+    except msgspec.ValidationError as e:
         raise CorruptData(key, f"malformed {kind} entry: {e}") from None
+    problem = _mismatch(entry)
+    if problem:
+        raise CorruptData(key, f"malformed {kind} entry: {problem}")
     return entry
 
 
-def _epoch(body: dict[str, Any], name: str) -> int:
-    return validate.int64(body[name], what=name, minimum=1, maximum=validate.MAX_EPOCH)
-
-
-def _int(body: dict[str, Any], name: str, minimum: int = 0) -> int:
-    return validate.int64(body[name], what=name, minimum=minimum)
-
-
-def _owner(body: dict[str, Any], name: str, optional: bool = False) -> str | None:
-    owner = body.get(name) if optional else body[name]
-    if owner is None and optional:
-        return None
-    if not isinstance(owner, str) or not owner:
-        raise ValueError(f"{name} must be a non-empty string")
-    return owner
-
-
-def _build(cls: type, body: dict[str, Any]) -> Entry:
-    try:
-        if cls is Init:
-            return Init(epoch=_epoch(body, "epoch"))
-        if cls is Placeholder:
-            l0_key = body["l0_key"]
-            if not isinstance(l0_key, str) or not l0_key:
-                raise ValueError("l0_key must be a non-empty string")
-            crc = _int(body, "crc32c")
-            if crc > 0xFFFFFFFF:
-                raise ValueError("crc32c must fit in 32 bits")
-            we = body.get("writer_epoch")
-            pid, seq, fp = body.get("producer_id"), body.get("sequence"), body.get("fingerprint")
-            if not ((pid is None) == (seq is None) == (fp is None)):
-                raise ValueError("producer_id, sequence and fingerprint come together")
-            if pid is not None and (not isinstance(pid, str) or not pid or len(pid) > 128):
-                raise ValueError("producer_id must be a non-empty string of at most 128 characters")
-            return Placeholder(
-                epoch=_epoch(body, "epoch"),
-                l0_key=l0_key,
-                byte_offset=_int(body, "byte_offset"),
-                byte_length=_int(body, "byte_length", 1),
-                record_count=_int(body, "record_count", 1),
-                crc32c=crc,
-                writer_epoch=None if we is None else validate.int64(we, what="writer_epoch", minimum=1),
-                producer_id=pid,
-                sequence=None if seq is None else validate.int64(seq, what="sequence"),
-                fingerprint=None if fp is None else validate.int64(fp, what="fingerprint", maximum=0xFFFFFFFF),
-            )
-        if cls is Reconcile:
-            keys = body["l1_keys"]
-            if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
-                raise ValueError("l1_keys must be a list of non-empty strings")
-            crcs = body.get("l1_crc32c", [])
-            if not isinstance(crcs, list) or (crcs and len(crcs) != len(keys)):
-                raise ValueError("l1_crc32c must list one CRC32C per L1 key")
-            return Reconcile(
-                through_log_offset=_int(body, "through_log_offset"),
-                last_record_offset=_int(body, "last_record_offset", -1),
-                l1_keys=tuple(keys),
-                min_epoch_lower_bound=_epoch(body, "min_epoch_lower_bound"),
-                writer_epoch=_int(body, "writer_epoch", 1),
-                l1_crc32c=tuple(validate.int64(c, what="l1_crc32c", maximum=0xFFFFFFFF) for c in crcs),
-                release_owner=_owner(body, "release_owner", optional=True),
-            )
-        if cls is Advance:
-            return Advance(
-                epoch=_epoch(body, "epoch"),
-                writer_epoch=_int(body, "writer_epoch", 1),
-                release_owner=_owner(body, "release_owner", optional=True),
-            )
-        if cls is Claim:
-            owner = body["owner"]
-            if not isinstance(owner, str) or not owner:
-                raise ValueError("owner must be a non-empty string")
-            expired = body.get("expired", [])
-            if not isinstance(expired, list) or not all(
-                isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and x[0] for x in expired
-            ):
-                raise ValueError("expired must be a list of [owner, writer epoch] pairs")
-            return Claim(
-                writer_epoch=_int(body, "writer_epoch", 1),
-                owner=owner,
-                mode=AccessMode(body["mode"]),
-                lease_until_ms=_int(body, "lease_until_ms"),
-                now_ms=_int(body, "now_ms"),
-                expired=tuple((o, validate.int64(we, what="expired writer epoch", minimum=1)) for o, we in expired),
-            )
-        if cls is Seal:
-            return Seal(at_ms=_int(body, "at_ms"))
-        if cls is Release:
-            owner = body["owner"]
-            if not isinstance(owner, str) or not owner:
-                raise ValueError("owner must be a non-empty string")
-            return Release(owner=owner, writer_epoch=_int(body, "writer_epoch", 1))
-    except KeyError as e:
-        raise ValueError(f"missing field {e.args[0]!r}") from None
-    raise AssertionError(cls)  # pragma: no cover
+def _mismatch(entry: Entry) -> str | None:
+    """What ties between an entry's fields it breaks (checked when read: a producer
+    builds a placeholder in steps)."""
+    if isinstance(entry, Placeholder) and not (
+        (entry.producer_id is None) == (entry.sequence is None) == (entry.fingerprint is None)
+    ):
+        return "producer_id, sequence and fingerprint come together"
+    if isinstance(entry, Reconcile) and entry.l1_crc32c and len(entry.l1_crc32c) != len(entry.l1_keys):
+        return "l1_crc32c must list one CRC32C per L1 key"
+    return None

@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+import msgspec
+
 from ctp_state import layout, validate
 from ctp_state import state as sm
 from ctp_state.entries import Placeholder
@@ -114,7 +116,7 @@ class PartitionWriter:
         process's window, has the last word)."""
         with self.fence.fence(ph.epoch), self._append_lock:
             if self.producer_id is not None:
-                ph = replace(ph, producer_id=self.producer_id, sequence=self.next_seq)
+                ph = msgspec.structs.replace(ph, producer_id=self.producer_id, sequence=self.next_seq)
             appended = self.log.append(self._get_state(), lambda s: ph)
             self._install(appended.outcome.state)
             if self.producer_id is not None:

@@ -8,10 +8,12 @@ one that fails is set aside by the reader and the state rebuilt from the log.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
+
+import msgspec
 
 from ctp_state import codec, layout, validate
-from ctp_state.entries import AccessMode
+from ctp_state.entries import AccessMode, Count, Epoch, Name, Positive
 from ctp_state.errors import CorruptData, UnsupportedVersion
 from ctp_state.state import Holder, PartitionState, Pending, ProducerBatch, ProducerSeq
 from ctp_state.window import recover
@@ -21,43 +23,109 @@ SNAPSHOT_VERSION = 2
 #: the state is rebuilt from the log (a snapshot is only ever a cache of the log).
 SUPPORTED_SNAPSHOT_VERSIONS = (2,)
 
+Offset = Annotated[int, msgspec.Meta(ge=-1, le=validate.INT64_MAX)]  # -1: none yet
+TopicId = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
+
+
+# The persisted shape, field for field as version 2 writes it: the lists of a state's
+# parts are positional rows (array_like), to keep a snapshot of a busy partition small.
+class _HolderRow(msgspec.Struct, frozen=True, array_like=True):
+    owner: Name
+    mode: AccessMode
+    writer_epoch: Positive
+    lease_until_ms: Count
+    lease_ms: Count
+
+
+class _PendingRow(msgspec.Struct, frozen=True, array_like=True):
+    log_offset: Count
+    epoch: Epoch
+    l0_key: Name
+    byte_offset: Count
+    byte_length: Positive
+    record_count: Positive
+    crc32c: Count
+    base_offset: Count
+
+
+class _BatchRow(msgspec.Struct, frozen=True, array_like=True):
+    first_seq: Count
+    record_count: Positive
+    base_offset: Count
+    fingerprint: Count
+
+
+class _ProducerRow(msgspec.Struct, frozen=True, array_like=True):
+    producer_id: Name
+    last_seq: Count
+    last_epoch: Epoch
+    batches: tuple[_BatchRow, ...]
+
+
+class SnapshotV2(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot as stored (sealed JSON; see :mod:`ctp_state.codec`)."""
+
+    v: int
+    topic: str
+    topic_id: TopicId | None = None  # absent before topic incarnations
+    sealed: bool = False  # absent before topic deletion
+    partition: Count
+    applied_offset: Offset
+    max_applied_epoch: Epoch | None
+    previous_applied_epoch: Epoch | None
+    epoch_window_offset: Offset
+    min_epoch_lower_bound: Epoch | None
+    last_reconciled_log_offset: Offset
+    last_reconciled_offset: Offset
+    next_offset: Count
+    writer_epoch: Count
+    fence_floor: Count
+    holders: tuple[_HolderRow, ...]
+    writer_epoch_starts: tuple[tuple[Positive, Count], ...]
+    pending: tuple[_PendingRow, ...]
+    l1_ends: tuple[Count, ...]
+    l1_crcs: tuple[Count | None, ...]
+    producers: tuple[_ProducerRow, ...]
+
 
 def encode_snapshot(s: PartitionState) -> bytes:
-    body: dict[str, Any] = {
-        "v": SNAPSHOT_VERSION,
-        "topic": s.topic,
-        "topic_id": s.topic_id,
-        "sealed": s.sealed,
-        "partition": s.partition,
-        "applied_offset": s.applied_offset,
-        "max_applied_epoch": s.max_applied_epoch,
-        "previous_applied_epoch": s.previous_applied_epoch,
-        "epoch_window_offset": s.epoch_window_offset,
-        "min_epoch_lower_bound": s.min_epoch_lower_bound,
-        "last_reconciled_log_offset": s.last_reconciled_log_offset,
-        "last_reconciled_offset": s.last_reconciled_offset,
-        "next_offset": s.next_offset,
-        "writer_epoch": s.writer_epoch,
-        "fence_floor": s.fence_floor,
-        "holders": [[h.owner, h.mode.value, h.writer_epoch, h.lease_until_ms, h.lease_ms] for h in s.holders],
-        "writer_epoch_starts": [list(x) for x in s.writer_epoch_starts],
-        "pending": [
-            [p.log_offset, p.epoch, p.l0_key, p.byte_offset, p.byte_length, p.record_count, p.crc32c, p.base_offset]
+    snap = SnapshotV2(
+        v=SNAPSHOT_VERSION,
+        topic=s.topic,
+        topic_id=s.topic_id,
+        sealed=s.sealed,
+        partition=s.partition,
+        applied_offset=s.applied_offset,
+        max_applied_epoch=s.max_applied_epoch,
+        previous_applied_epoch=s.previous_applied_epoch,
+        epoch_window_offset=s.epoch_window_offset,
+        min_epoch_lower_bound=s.min_epoch_lower_bound,
+        last_reconciled_log_offset=s.last_reconciled_log_offset,
+        last_reconciled_offset=s.last_reconciled_offset,
+        next_offset=s.next_offset,
+        writer_epoch=s.writer_epoch,
+        fence_floor=s.fence_floor,
+        holders=tuple(_HolderRow(h.owner, h.mode, h.writer_epoch, h.lease_until_ms, h.lease_ms) for h in s.holders),
+        writer_epoch_starts=s.writer_epoch_starts,
+        pending=tuple(
+            _PendingRow(
+                p.log_offset, p.epoch, p.l0_key, p.byte_offset, p.byte_length, p.record_count, p.crc32c, p.base_offset
+            )
             for p in s.pending
-        ],
-        "l1_ends": list(s.l1_ends),
-        "l1_crcs": list(s.l1_crcs),
-        "producers": [
-            [
+        ),
+        l1_ends=s.l1_ends,
+        l1_crcs=s.l1_crcs,
+        producers=tuple(
+            _ProducerRow(
                 p.producer_id,
                 p.last_seq,
                 p.last_epoch,
-                [[b.first_seq, b.record_count, b.base_offset, b.fingerprint] for b in p.batches],
-            ]
+                tuple(_BatchRow(b.first_seq, b.record_count, b.base_offset, b.fingerprint) for b in p.batches),
+            )
             for p in s.producers
-        ],
-    }
-    return codec.seal(body)
+        ),
+    )
+    return codec.seal(msgspec.to_builtins(snap))
 
 
 def decode_snapshot(data: bytes, key: str) -> PartitionState:
@@ -73,100 +141,51 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
     if b.get("v") not in SUPPORTED_SNAPSHOT_VERSIONS:
         raise UnsupportedVersion(key, "snapshot", b.get("v"), SUPPORTED_SNAPSHOT_VERSIONS)
     try:
-
-        def opt(name: str) -> int | None:
-            return (
-                None if b[name] is None else validate.int64(b[name], what=name, minimum=1, maximum=validate.MAX_EPOCH)
-            )
-
-        def num(name: str, lo: int = -1) -> int:
-            return validate.int64(b[name], what=name, minimum=lo)
-
-        def i64(v: object, what: str, lo: int = 0) -> int:
-            return validate.int64(v, what=what, minimum=lo)
-
-        max_applied = opt("max_applied_epoch")
-        s = PartitionState(
-            topic=validate.topic_name(b["topic"]),
-            topic_id=_topic_id(b.get("topic_id")),
-            sealed=b.get("sealed", False) is True,
-            partition=num("partition", 0),
-            applied_offset=num("applied_offset"),
-            max_applied_epoch=max_applied,
-            max_seen_epoch=max_applied,  # recovered: the window collapsed to [max_applied_epoch]
-            oldest_accepted_epoch=max_applied,
-            previous_applied_epoch=opt("previous_applied_epoch"),
-            epoch_window_offset=num("epoch_window_offset"),
-            min_epoch_lower_bound=opt("min_epoch_lower_bound"),
-            last_reconciled_log_offset=num("last_reconciled_log_offset"),
-            last_reconciled_offset=num("last_reconciled_offset"),
-            next_offset=num("next_offset", 0),
-            writer_epoch=num("writer_epoch", 0),
-            fence_floor=num("fence_floor", 0),
-            holders=tuple(
-                Holder(
-                    _str(o, "holder owner"),
-                    AccessMode(m),
-                    i64(we, "holder writer epoch", 1),
-                    i64(lu, "lease"),
-                    i64(ln, "lease length"),
-                )
-                for o, m, we, lu, ln in b["holders"]
-            ),
-            writer_epoch_starts=tuple(
-                (i64(we, "writer epoch", 1), i64(off, "writer epoch start")) for we, off in b["writer_epoch_starts"]
-            ),
-            pending=tuple(
-                Pending(
-                    i64(a, "pending log offset"),
-                    i64(e, "pending epoch", 1),
-                    _str(k, "pending L0 key"),
-                    i64(bo, "byte offset"),
-                    i64(bl, "byte length", 1),
-                    i64(rc, "record count", 1),
-                    i64(c, "chunk crc32c"),
-                    i64(base, "base offset"),
-                )
-                for a, e, k, bo, bl, rc, c, base in b["pending"]
-            ),
-            l1_ends=tuple(i64(x, "L1 file end") for x in b["l1_ends"]),
-            l1_crcs=tuple(None if x is None else i64(x, "L1 file CRC32C") for x in b["l1_crcs"]),
-            producers=tuple(
-                ProducerSeq(
-                    _str(pid, "producer id"),
-                    i64(last, "producer sequence"),
-                    tuple(
-                        ProducerBatch(
-                            i64(f, "batch sequence"),
-                            i64(n, "batch records", 1),
-                            i64(base, "batch offset"),
-                            i64(c, "batch fingerprint"),
-                        )
-                        for f, n, base, c in batches
-                    ),
-                    i64(epoch, "producer epoch", 1),
-                )
-                for pid, last, epoch, batches in b["producers"]
-            ),
-        )
-    except (KeyError, TypeError, ValueError) as e:
+        snap = msgspec.convert(b, SnapshotV2)
+        validate.topic_name(snap.topic)
+    except (msgspec.ValidationError, ValueError) as e:
         raise CorruptData(key, f"malformed snapshot: {e}") from None
+    s = PartitionState(
+        topic=snap.topic,
+        topic_id=snap.topic_id,
+        sealed=snap.sealed,
+        partition=snap.partition,
+        applied_offset=snap.applied_offset,
+        max_applied_epoch=snap.max_applied_epoch,
+        max_seen_epoch=snap.max_applied_epoch,  # recovered: the window collapsed to [max_applied_epoch]
+        oldest_accepted_epoch=snap.max_applied_epoch,
+        previous_applied_epoch=snap.previous_applied_epoch,
+        epoch_window_offset=snap.epoch_window_offset,
+        min_epoch_lower_bound=snap.min_epoch_lower_bound,
+        last_reconciled_log_offset=snap.last_reconciled_log_offset,
+        last_reconciled_offset=snap.last_reconciled_offset,
+        next_offset=snap.next_offset,
+        writer_epoch=snap.writer_epoch,
+        fence_floor=snap.fence_floor,
+        holders=tuple(Holder(h.owner, h.mode, h.writer_epoch, h.lease_until_ms, h.lease_ms) for h in snap.holders),
+        writer_epoch_starts=snap.writer_epoch_starts,
+        pending=tuple(
+            Pending(
+                p.log_offset, p.epoch, p.l0_key, p.byte_offset, p.byte_length, p.record_count, p.crc32c, p.base_offset
+            )
+            for p in snap.pending
+        ),
+        l1_ends=snap.l1_ends,
+        l1_crcs=snap.l1_crcs,
+        producers=tuple(
+            ProducerSeq(
+                p.producer_id,
+                p.last_seq,
+                tuple(ProducerBatch(b.first_seq, b.record_count, b.base_offset, b.fingerprint) for b in p.batches),
+                p.last_epoch,
+            )
+            for p in snap.producers
+        ),
+    )
     problems = inconsistencies(s)
     if problems:
         raise CorruptData(key, "snapshot is not self-consistent: " + "; ".join(problems[:3]))
     return recover(s)
-
-
-def _topic_id(v: object) -> str | None:
-    if v is not None and not (isinstance(v, str) and len(v) == 32 and all(c in "0123456789abcdef" for c in v)):
-        raise ValueError(f"topic_id must be 32 lowercase hex digits, got {v!r}")
-    return v
-
-
-def _str(v: object, what: str) -> str:
-    if not isinstance(v, str) or not v:
-        raise ValueError(f"{what} must be a non-empty string")
-    return v
 
 
 def inconsistencies(s: PartitionState) -> list[str]:

@@ -84,15 +84,12 @@ def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConf
     ident = identifier(config, t.name)
     name = ".".join(ident)
     _check_live(store, t)
-    try:
-        catalog.create_namespace_if_not_exists(config.namespace)
-    except Exception:  # a concurrent publish created it first (an integrity error)
-        catalog.load_namespace_properties(config.namespace)  # raises if it is really not there
     mine = t.incarnation
     for _ in range(5):
         try:
             table = catalog.load_table(ident)
         except NoSuchTableError:
+            _ensure_namespace(catalog, config.namespace)  # (only when a table is made: one query less)
             try:
                 return catalog.create_table(
                     ident,
@@ -123,6 +120,13 @@ def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConf
         )
         drop_if_at(catalog, ident, table.metadata_location)
     raise CtpError(f"table {name} keeps changing under this publish: is another publisher looping?")
+
+
+def _ensure_namespace(catalog: Any, namespace: str) -> None:
+    try:
+        catalog.create_namespace_if_not_exists(namespace)
+    except Exception:  # a concurrent publish created it first (an integrity error)
+        catalog.load_namespace_properties(namespace)  # raises if it is really not there
 
 
 class TopicChanged(CtpError):

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from ctp_state import entries as en
-from ctp_state import layout
-from ctp_state import snapshot
+from ctp_state import layout, snapshot
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release, Seal
 

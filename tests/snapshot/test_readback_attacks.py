@@ -16,6 +16,7 @@ import dataclasses
 import threading
 import time
 
+import msgspec
 import pytest
 
 from ctp_state import entries as en
@@ -165,7 +166,7 @@ def test_a_snapshot_repaired_mid_run_is_not_reinstalled_by_the_read_back(fstore,
     spread, _ = layout.parse_l0_key(ph.l0_key)
     new_l0 = layout.l0_key(spread, c, "resend0000000000000000000000000000")
     store.put(new_l0, store.get(ph.l0_key))
-    resend = dataclasses.replace(ph, epoch=c, l0_key=new_l0)
+    resend = msgspec.structs.replace(ph, epoch=c, l0_key=new_l0)
     log_ = plog(store, "t", 0)
     got = log_.append(log_.read_state(), lambda _s: resend).outcome
     assert got.rejected is None
