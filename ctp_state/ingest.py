@@ -38,12 +38,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ctp_state import codec, crashpoints, layout
+from ctp_state import records as records_codec
 from ctp_state import state as sm
 from ctp_state.entries import Placeholder
 from ctp_state.errors import ConfigError, CorruptData, CtpError, KeyExists, ObjectNotFound, StoreError
 from ctp_state.l0 import Record
 from ctp_state.produce_trace import InDoubt, Trace, follow, of_state
 from ctp_state.producer import PartitionWriter, Producer, Verdict, write_with_retry
+from ctp_state.records import ProduceMarker
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import get_topic
 
@@ -68,10 +70,10 @@ class ProduceReport:
     not_sent: int = 0  # held back after an earlier batch of the partition was not accepted
     rejected_by_reason: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     first_error: str | None = None
-    completed_before: dict[str, Any] | None = None  # the marker of an earlier complete run
+    completed_before: ProduceMarker | None = None  # the marker of an earlier complete run
     topics: dict[str, str | None] = field(default_factory=dict)  # the incarnation of each topic written to
     #: entries of this producer id whose fate the log cannot tell (see the module docstring)
-    in_doubt: list[dict[str, Any]] = field(default_factory=list)
+    in_doubt: list[PartitionInDoubt] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -100,7 +102,7 @@ class ProduceReport:
             self.first_error = self.first_error or str(v.error)
             stopped.add((v.topic, v.partition))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:  # JSON edge: `ctp produce --json` prints it
         return {
             "producer_id": self.producer_id,
             "accepted": self.accepted,
@@ -109,9 +111,9 @@ class ProduceReport:
             "unknown": self.unknown,
             "not_sent": self.not_sent,
             "rejected_by_reason": dict(self.rejected_by_reason),
-            "completed_before": self.completed_before,
+            "completed_before": None if self.completed_before is None else records_codec.encode(self.completed_before),
             "topics": self.topics,
-            "in_doubt": self.in_doubt,
+            "in_doubt": [asdict(d) for d in self.in_doubt],
         }
 
 
@@ -188,8 +190,8 @@ def produce_input(
     incarnations = {t: get_topic(store, t).id for t in sorted({t for t, _, _ in records})}
     report.topics = incarnations
     try:
-        done = codec.unseal(store.get(marker), marker, "produce marker")
-        if done.get("digest") != digest or done.get("records") != len(records):
+        done = _read_marker(store, marker)
+        if done.digest != digest or done.records != len(records):
             log.warning("ignoring %s: it records another input", marker)
         elif (why := _other_incarnation(done, incarnations)) is not None:
             log.warning("ignoring %s: %s", marker, why)
@@ -223,7 +225,9 @@ def produce_input(
             progress.traces[tp] = trace
             if doubt is not None:
                 doubts[tp] = doubt
-                report.in_doubt.append({"topic": tp[0], "partition": tp[1], **asdict(doubt)})
+                report.in_doubt.append(
+                    PartitionInDoubt(tp[0], tp[1], doubt.log_offset, doubt.first_seq, doubt.last_seq)
+                )
         # Recorded before anything is sent: a re-run after the partitions forgot this id
         # depends on it. Later saves may fail (a re-run then reads more of the log).
         progress.save(required=True)
@@ -268,36 +272,41 @@ def produce_input(
             "no completion marker written, run the same command again"
         )
     if report.complete:
-        body = {
-            "v": 2,
-            "producer_id": producer_id,
-            "digest": digest,
-            "records": len(records),
-            "completed_ms": int(time.time() * 1000),
-            "partitions": {f"{t}/{p}": n for (t, p), n in sorted(per_partition.items())},
-            "topics": incarnations,
-        }
+        body = codec.seal(
+            records_codec.encode(
+                ProduceMarker(
+                    producer_id=producer_id,
+                    digest=digest,
+                    records=len(records),
+                    completed_ms=int(time.time() * 1000),
+                    partitions={f"{t}/{p}": n for (t, p), n in sorted(per_partition.items())},
+                    topics=incarnations,
+                )
+            )
+        )
         try:
             try:
-                store.put_if_absent(marker, codec.seal(body))
+                store.put_if_absent(marker, body)
             except KeyExists:
                 # A concurrent run of the same input finished first, or the marker is of
                 # topics since deleted: then this one replaces it (it is only a shortcut).
-                there = codec.unseal(store.get(marker), marker, "produce marker")
-                if there.get("digest") != digest or _other_incarnation(there, incarnations) is not None:
-                    store.put(marker, codec.seal(body))
+                there = _read_marker(store, marker)
+                if there.digest != digest or _other_incarnation(there, incarnations) is not None:
+                    store.put(marker, body)
         except CtpError:
             pass  # only a shortcut for later runs: every record is in either way
     return report
 
 
-def _other_incarnation(marker: dict[str, Any], incarnations: dict[str, str | None]) -> str | None:
+def _read_marker(store: ObjectStore, key: str) -> ProduceMarker:
+    return records_codec.decode(ProduceMarker, codec.unseal(store.get(key), key, ProduceMarker.WHAT), key)
+
+
+def _other_incarnation(marker: ProduceMarker, incarnations: dict[str, str | None]) -> str | None:
     """Why a completion marker is about other incarnations of the topics than
     ``incarnations`` (name -> id), or None when it is about these. A marker written
     before incarnation ids (version 1) can only be about topics created before them."""
-    recorded = marker.get("topics") if marker.get("v", 1) >= 2 else dict.fromkeys(incarnations)
-    if not isinstance(recorded, dict):
-        return "it does not say which topics it was written into"
+    recorded = marker.topics if marker.topics is not None else dict.fromkeys(incarnations)
     for t, tid in incarnations.items():
         if t not in recorded:
             return f"it does not name topic {t}"
@@ -307,6 +316,18 @@ def _other_incarnation(marker: dict[str, Any], incarnations: dict[str, str | Non
                 f"(incarnation {recorded[t] or 'legacy'} then, {tid or 'legacy'} now)"
             )
     return None
+
+
+@dataclass(frozen=True)
+class PartitionInDoubt:
+    """Records of this producer id a partition may or may not hold (an :class:`InDoubt`
+    entry of its log, at ``log_offset``): a re-run with a larger replay limit settles it."""
+
+    topic: str
+    partition: int
+    log_offset: int
+    first_seq: int
+    last_seq: int
 
 
 def resume(

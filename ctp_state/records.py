@@ -12,6 +12,8 @@ record                 where it lives
                        the reconcile summary)
 :class:`TopicEvent`    ``meta/history/<topic>/<seq>.json`` (sealed): a name's deletes,
                        re-creates and finished removals, after its first incarnation
+:class:`ProduceMarker` ``produce/<producer id>.json`` (sealed): an input a producer id
+                       completed
 =====================  =================================================================
 
 One codec: :func:`encode` turns a record into builtins (sealed by
@@ -159,6 +161,27 @@ class TopicEvent(StoredRecord, frozen=True, kw_only=True):
     partitions: int
     created_ms: int  # when the incarnation was created
     at_ms: int  # when this happened (the writer's clock: for people, never for decisions)
+
+
+def _marker_v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:  # JSON edge: an upcaster maps stored dicts
+    return {**d, "topics": None}  # written before incarnation ids: about first incarnations only
+
+
+class ProduceMarker(StoredRecord, frozen=True, kw_only=True):
+    """A producer id completed an input (``produce/<producer id>.json``, sealed): a
+    re-run of the same input into the same topic incarnations writes nothing. Only a
+    shortcut: the partitions' logs know what they hold either way."""
+
+    VERSION: ClassVar[int] = 2
+    WHAT: ClassVar[str] = "produce marker"
+    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {1: _marker_v1_to_v2}
+
+    producer_id: str
+    digest: str  # the input's SHA-256
+    records: int
+    completed_ms: int
+    partitions: dict[str, int] = {}  # "<topic>/<partition>" -> records written there
+    topics: dict[str, str | None] | None  # topic -> incarnation id; None: version 1, before ids
 
 
 class ReconcileSummary(StoredRecord, frozen=True, kw_only=True):

@@ -22,14 +22,12 @@ written with :func:`write_atomic`, as GCs of one store may share a report direct
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import heapq
-import math
 import os
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -38,6 +36,7 @@ from ctp_state import layout
 from ctp_state.gc.safe_epoch import PARTITION_STATUSES
 from ctp_state.records import GcPartitionView, GcRecord
 from ctp_state.storage import ObjectStore
+from expectations.charts import delete_chart, human_bytes, m_chart, when
 
 _REMOTE_LINK = re.compile(r"<link\b[^>]*href=\"https?://[^\"]*\"[^>]*>\s*", re.I)
 _REMOTE_SCRIPT = re.compile(r"<script\b[^>]*src=\"https?://[^\"]*\"[^>]*>\s*</script>\s*", re.I)
@@ -117,8 +116,8 @@ def _env() -> Any:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        _ENV.filters["when"] = _when
-        _ENV.filters["size"] = _bytes
+        _ENV.filters["when"] = when
+        _ENV.filters["size"] = human_bytes
     return _ENV
 
 
@@ -162,207 +161,6 @@ def gate_index_page(entries: Sequence[GateRun]) -> str:
 # --- the GC summary page ---------------------------------------------------------------------
 
 PARTITION_ROWS = 200  # partitions listed on the summary page, worst first
-
-
-def _when(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _bytes(n: int | None) -> str:
-    n = n or 0
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def nice_ticks(lo: float, hi: float, count: int = 6, *, integer: bool = True) -> list[float]:
-    """Round tick values (1, 2 or 5 times a power of ten apart) covering ``[lo, hi]``."""
-    if hi <= lo:
-        hi = lo + 1
-    raw = (hi - lo) / max(1, count - 1)
-    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-    if integer:
-        step = max(1, round(step))
-    first = math.floor(lo / step) * step
-    ticks, v = [], first
-    while v <= hi + step * 1e-9:
-        if v >= lo - step * 1e-9:
-            ticks.append(v)
-        v += step
-    return ticks
-
-
-def _time_ticks(t0: int, t1: int, count: int = 6) -> list[tuple[int, str]]:
-    """Evenly spaced times over ``[t0, t1]`` (ms), labelled to the precision the span needs."""
-    span = max(1, t1 - t0)
-    fmt = "%H:%M:%S" if span < 3_600_000 else ("%m-%d %H:%M" if span < 7 * 86_400_000 else "%Y-%m-%d")
-    n = count if span > 1 else 1
-    return [
-        (t, dt.datetime.fromtimestamp(t / 1000, dt.UTC).strftime(fmt))
-        for t in sorted({t0 + round(i * span / max(1, n - 1)) for i in range(n)})
-    ]
-
-
-@dataclass(frozen=True)
-class Chart:
-    """An SVG chart's geometry, computed here and drawn by the template."""
-
-    width: int
-    height: int
-    left: int
-    right: int
-    top: int
-    bottom: int
-    x_ticks: list[dict[str, Any]]
-    y_ticks: list[dict[str, Any]]
-    y_title: str
-    series: list[dict[str, Any]] = field(default_factory=list)
-    bars: list[dict[str, Any]] = field(default_factory=list)
-    legend: list[dict[str, Any]] = field(default_factory=list)
-    y2_ticks: list[dict[str, Any]] = field(default_factory=list)
-    y2_title: str = ""
-
-
-class _Frame:
-    """Maps times (ms) and values to pixels inside a chart's plot area."""
-
-    def __init__(self, t0: int, t1: int, y0: float, y1: float, w: int, h: int, pad: tuple[int, int, int, int]):
-        self.t0, self.t1 = t0, t1 if t1 > t0 else t0 + 1
-        self.y0, self.y1 = y0, y1 if y1 > y0 else y0 + 1
-        self.left, self.right, self.top, self.bottom = pad
-        self.w, self.h = w, h
-
-    def x(self, t: float) -> float:
-        return round(self.left + (t - self.t0) / (self.t1 - self.t0) * (self.w - self.left - self.right), 1)
-
-    def y(self, v: float, lo: float | None = None, hi: float | None = None) -> float:
-        lo = self.y0 if lo is None else lo
-        hi = self.y1 if hi is None else hi
-        hi = hi if hi > lo else lo + 1
-        return round(self.h - self.bottom - (v - lo) / (hi - lo) * (self.h - self.top - self.bottom), 1)
-
-
-PAD = (60, 70, 28, 30)  # left, right, top, bottom
-
-
-def _axes(f: _Frame, t0: int, t1: int, ticks: list[float]) -> dict[str, list[dict[str, Any]]]:
-    """The time ticks along x and the value ticks along y of a chart in frame ``f``."""
-    return {
-        "x_ticks": [{"pos": f.x(t), "label": label} for t, label in _time_ticks(t0, t1)],
-        "y_ticks": [{"pos": f.y(v), "label": f"{v:g}"} for v in ticks],
-    }
-
-
-def m_chart(records: Sequence[GcRecord], width: int = 960, height: int = 260) -> Chart | None:
-    """M and C against run start time, with labelled epoch ticks."""
-    pts = [r for r in records if r.m is not None and r.started_ms]
-    if not pts:
-        return None
-    # M as the history counts it (runs that passed the gate); a refused candidate M is
-    # a red dot, and does not stretch the axis past what C allows.
-    passed = [r for r in pts if r.passed]
-    refused = [r for r in pts if not r.passed]
-    ys = [v for r in pts for v in (r.m if r.passed else None, r.cluster_epoch) if v is not None]
-    ys += [min(r.m, r.cluster_epoch or r.m) for r in refused if r.m is not None]
-    ticks = nice_ticks(min(ys), max(ys))
-    t0, t1 = min(r.started_ms for r in pts), max(r.started_ms for r in pts)
-    f = _Frame(t0, t1, ticks[0], ticks[-1], width, height, PAD)
-
-    def series(
-        name: str, color: str, dash: bool, value: Any, runs: list[GcRecord], line: bool = True
-    ) -> dict[str, Any]:
-        dots = [
-            {
-                "x": f.x(r.started_ms),
-                "y": f.y(value(r)),
-                "title": f"run {r.seq} {_when(r.started_ms)} ({r.status}): {name}={value(r)}",
-            }
-            for r in runs
-            if value(r) is not None
-        ]
-        points = " ".join(f"{d['x']},{d['y']}" for d in dots) if line else ""
-        return {"color": color, "dash": dash, "dots": dots, "points": points}
-
-    return Chart(
-        width,
-        height,
-        *PAD,
-        **_axes(f, t0, t1, ticks),
-        y_title="epoch",
-        series=[
-            series("C", "#868e96", True, lambda r: r.cluster_epoch, pts),
-            series("M", "#1971c2", False, lambda r: r.m, passed),
-            series("refused M", "#c92a2a", False, lambda r: min(r.m, r.cluster_epoch or r.m), refused, line=False),
-        ],
-        legend=[
-            {"color": "#1971c2", "mark": "\u2501", "label": "M (safe epoch)"},
-            {"color": "#868e96", "mark": "\u2504", "label": "C (cluster epoch)"},
-            {"color": "#c92a2a", "mark": "\u25cf", "label": "run not passed"},
-        ],
-    )
-
-
-def delete_chart(records: Sequence[GcRecord], width: int = 960, height: int = 220) -> Chart | None:
-    """L0 objects deleted per run (bars; a dry run's would-delete in grey) and bytes
-    (line, right axis), on the same time axis as :func:`m_chart`."""
-    pts = [r for r in records if r.started_ms]
-    if not pts:
-        return None
-
-    def n(r: GcRecord) -> int:
-        return r.would_delete if r.dry_run else r.deleted
-
-    def b(r: GcRecord) -> int:
-        return r.would_delete_bytes if r.dry_run else r.deleted_bytes
-
-    ticks = nice_ticks(0, max([n(r) for r in pts] + [1]))
-    bticks = nice_ticks(0, max([b(r) for r in pts] + [1]), integer=False)
-    t0, t1 = min(r.started_ms for r in pts), max(r.started_ms for r in pts)
-    f = _Frame(t0, t1, 0, ticks[-1], width, height, PAD)
-    bar_w = max(2.0, min(18.0, (width - PAD[0] - PAD[1]) / max(1, len(pts)) * 0.6))
-    bars = [
-        {
-            "x": round(f.x(r.started_ms) - bar_w / 2, 1),
-            "y": f.y(n(r)),
-            "w": round(bar_w, 1),
-            "h": round(f.y(0) - f.y(n(r)), 1),
-            "color": "#adb5bd" if r.dry_run else "#2b8a3e",
-            "title": f"run {r.seq}: {'would delete' if r.dry_run else 'deleted'} {n(r)} objects, {_bytes(b(r))}",
-        }
-        for r in pts
-    ]
-    dots = [
-        {"x": f.x(r.started_ms), "y": f.y(b(r), bticks[0], bticks[-1]), "title": f"run {r.seq}: {_bytes(b(r))}"}
-        for r in pts
-    ]
-    return Chart(
-        width,
-        height,
-        *PAD,
-        **_axes(f, t0, t1, ticks),
-        y_title="objects",
-        y2_ticks=[{"pos": f.y(v, bticks[0], bticks[-1]), "label": _bytes(int(v))} for v in bticks],
-        y2_title="bytes",
-        bars=bars,
-        series=[
-            {
-                "color": "#e67700",
-                "dash": False,
-                "dots": dots,
-                "points": " ".join(f"{d['x']},{d['y']}" for d in dots),
-            }
-        ],
-        legend=[
-            {"color": "#2b8a3e", "mark": "\u2588", "label": "objects deleted"},
-            {"color": "#adb5bd", "mark": "\u2588", "label": "would delete (dry run)"},
-            {"color": "#e67700", "mark": "\u2501", "label": "bytes"},
-        ],
-    )
 
 
 @dataclass(frozen=True)

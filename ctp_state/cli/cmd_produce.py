@@ -121,7 +121,7 @@ def produce(
     if report.completed_before is not None:
         text = (
             f"already written: producer id {report.producer_id} completed this input before "
-            f"({report.completed_before.get('records')} records); nothing written"
+            f"({report.completed_before.records} records); nothing written"
         )
     else:
         text = (
@@ -139,9 +139,9 @@ def produce(
         )
         for d in report.in_doubt:
             text += (
-                f"\n{d['topic']}/{d['partition']} no longer remembers producer {report.producer_id}: records "
-                f"{d['first_seq']}-{d['last_seq']} of its sequence may be in the log (entry {d['log_offset']}); "
-                f"run again with --replay-limit {d['log_offset']} or more to settle it by reading the partition's "
+                f"\n{d.topic}/{d.partition} no longer remembers producer {report.producer_id}: records "
+                f"{d.first_seq}-{d.last_seq} of its sequence may be in the log (entry {d.log_offset}); "
+                f"run again with --replay-limit {d.log_offset} or more to settle it by reading the partition's "
                 "log from its first entry"
             )
         if (report.unknown or report.not_sent) and not report.in_doubt:

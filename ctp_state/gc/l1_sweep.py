@@ -34,8 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -90,7 +89,27 @@ class SweepResult:
     young: int = 0  # uncommitted files left for a later run (too young, or a claim is live)
     beyond_lr: int = 0
     orphans: list[ObjectInfo] = field(default_factory=list)
-    new_files: list[dict[str, Any]] = field(default_factory=list)
+    new_files: list[L1Check] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class L1Check:
+    """One newly committed L1 file as the gate checks it (a row of ``L1_CHECK_SCHEMA``):
+    where its offsets should start, and what reading it whole found (``None``, and
+    ``checksums_ok`` False, when it did not read)."""
+
+    topic: str
+    partition: int
+    key: str
+    first_offset: int
+    last_offset: int
+    expected_first_offset: int
+    span: int
+    rows: int | None = None
+    distinct_offsets: int | None = None
+    min_offset: int | None = None
+    max_offset: int | None = None
+    checksums_ok: bool = False
 
 
 def _range(key: str) -> tuple[int, int]:
@@ -151,36 +170,31 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
     return res
 
 
-def _check_row(store: ObjectStore, inp: SweepInput, ref: L1Ref, prev_last: int) -> dict[str, Any]:
+def _check_row(store: ObjectStore, inp: SweepInput, ref: L1Ref, prev_last: int) -> L1Check:
     """One newly committed L1 file, as the gate sees it: read whole and checked (its L0
     sources are about to be deleted: the L1 copy must read first), offsets counted."""
-    row = {
-        "topic": inp.topic,
-        "partition": inp.partition,
-        "key": ref.key,
-        "first_offset": ref.first,
-        "last_offset": ref.last,
-        "expected_first_offset": prev_last + 1,
-        "span": ref.last - ref.first + 1,
-        "rows": None,
-        "distinct_offsets": None,
-        "min_offset": None,
-        "max_offset": None,
-        "checksums_ok": False,
-    }
+    named = L1Check(
+        topic=inp.topic,
+        partition=inp.partition,
+        key=ref.key,
+        first_offset=ref.first,
+        last_offset=ref.last,
+        expected_first_offset=prev_last + 1,
+        span=ref.last - ref.first + 1,
+    )
     try:
         offs = parse_l1(store.get(ref.key), ref.key, ref.crc32c).column("offset").combine_chunks()
     except (CorruptData, ObjectNotFound):  # damaged, or gone: the gate fails on checksums_ok
-        return row
+        return named
     mm = pc.min_max(offs)
-    row.update(
+    return replace(
+        named,
         rows=len(offs),
         distinct_offsets=pc.count_distinct(offs).as_py(),
         min_offset=mm["min"].as_py(),
         max_offset=mm["max"].as_py(),
         checksums_ok=True,
     )
-    return row
 
 
 def sweep(
@@ -193,5 +207,5 @@ def sweep(
 
 
 def check_table(results: Sequence[SweepResult]) -> pa.Table:
-    rows = [r for res in results for r in res.new_files]
+    rows = [asdict(r) for res in results for r in res.new_files]
     return pa.Table.from_pylist(rows, schema=L1_CHECK_SCHEMA)

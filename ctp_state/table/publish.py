@@ -291,7 +291,7 @@ def publish(
             records += ref.last - ref.first + 1
         vector_key = write_vector(store, table, t, new)
         crashpoints.reached("publish_before_commit")
-        tx = table.transaction()
+        tx = register.transaction(table)
         try:
             # (no duplicate check: it reads every manifest, and the vector already proves it)
             register.append(tx, register.data_files(tx.table_metadata, chosen), {PUBLISHED: vector_key})

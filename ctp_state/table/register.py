@@ -10,6 +10,7 @@ pyiceberg's own statistics functions; it appends them with a plain fast append.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,14 +70,14 @@ def data_files(table_metadata: Any, footers: list[tuple[str, Footer]]) -> list[A
     schema, spec = table_metadata.schema(), table_metadata.spec()
     plan = compute_statistics_plan(schema, table_metadata.properties)
     mapping = parquet_path_to_id_mapping(schema)
-    checked: set[str] = set()
+    checked: list[Any] = []  # the distinct Parquet schemas seen (one, as a rule)
     out = []
     for uri, footer in footers:
-        arrow = footer.metadata.schema.to_arrow_schema()
-        signature = arrow.to_string(show_field_metadata=False, show_schema_metadata=False)
-        if signature not in checked:
+        parquet_schema = footer.metadata.schema
+        if not any(parquet_schema.equals(seen) for seen in checked):
+            arrow = parquet_schema.to_arrow_schema()
             _check_pyarrow_schema_compatible(schema, arrow, format_version=table_metadata.format_version)
-            checked.add(signature)
+            checked.append(parquet_schema)
         stats = data_file_statistics_from_parquet_metadata(
             parquet_metadata=footer.metadata, stats_columns=plan, parquet_column_mapping=mapping
         )
@@ -95,6 +96,34 @@ def data_files(table_metadata: Any, footers: list[tuple[str, Footer]]) -> list[A
             )
         )
     return out
+
+
+def transaction(table: Any) -> Any:
+    """A pyiceberg transaction on ``table`` that computes its view of the metadata once
+    per staged update. pyiceberg's recomputes it, deep-copying the whole metadata, on
+    every read of ``table_metadata`` -- over a dozen times in one append -- and that
+    cost grows with the table's history. The metadata is a frozen model, so the one
+    copy can be shared by the readers of one transaction."""
+    return _cached_transaction_class()(table)
+
+
+@functools.cache
+def _cached_transaction_class() -> type:
+    from pyiceberg.table import Transaction
+
+    class CachedTransaction(Transaction):
+        _view: tuple[tuple[Any, Any], Any] | None = None  # ((base metadata, staged updates), what they give)
+
+        @property
+        def table_metadata(self) -> Any:
+            key = (self._table.metadata, self._updates)
+            view = self._view
+            if view is None or view[0][0] is not key[0] or view[0][1] is not key[1]:
+                view = (key, super().table_metadata)
+                self._view = view
+            return view[1]
+
+    return CachedTransaction
 
 
 def append(tx: Any, files: list[Any], snapshot_properties: dict[str, str]) -> None:

@@ -182,3 +182,19 @@ def test_a_sequence_stores_and_returns_typed_records(store):
     )
     assert (made.seq, made.v, made.run_id) == (0, 2, "r0")
     assert seq.newest() == made == seq.get(0)
+
+
+def test_a_produce_marker_of_version_1_upcasts_to_one_about_first_incarnations():
+    """Version 1 markers predate topic incarnations: they read as naming none
+    (``topics`` None), and today's encoder writes version 2 with the same fields."""
+    from ctp_state.records import ProduceMarker
+
+    v1 = {"v": 1, "producer_id": "p", "digest": "ab" * 32, "records": 4, "completed_ms": 1, "partitions": {"t/0": 4}}
+    old = records.decode(ProduceMarker, codec.unseal(codec.seal(v1), "produce/p.json"), "produce/p.json")
+    assert old.topics is None and old.records == 4 and old.partitions == {"t/0": 4}
+    new = records.msgspec.structs.replace(old, topics={"t": "0" * 32})
+    body = records.encode(new)
+    assert body["v"] == 2 and body["topics"] == {"t": "0" * 32}
+    assert records.decode(ProduceMarker, body, "produce/p.json") == records.msgspec.structs.replace(new, v=2)
+    with pytest.raises(CorruptData, match="produce/p.json"):
+        records.decode(ProduceMarker, {**body, "records": "four"}, "produce/p.json")

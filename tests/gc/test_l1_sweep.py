@@ -103,8 +103,8 @@ def test_a_watermark_an_older_version_left_inside_a_committed_file_heals(store):
     )
     res = gc_l1.sweep_partition(store, inp, now_s=0, grace_s=0)
     (row,) = res.new_files
-    assert row["first_offset"] == row["expected_first_offset"] == ref.first
-    assert row["checksums_ok"] and res.swept_through == state.last_reconciled_offset
+    assert row.first_offset == row.expected_first_offset == ref.first
+    assert row.checksums_ok and res.swept_through == state.last_reconciled_offset
 
 
 def test_an_orphan_written_behind_the_watermark_is_collected_by_the_periodic_full_sweep(store, gate):

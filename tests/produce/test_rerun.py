@@ -177,13 +177,9 @@ def test_beyond_the_replay_limit_the_batch_in_doubt_is_reported_with_its_offset(
     data, records, pid = a_stale_entry_after_the_progress(store)
     second = produce(store, data, records, replay_limit=0)
     (doubt,) = second.in_doubt
-    assert {k: doubt[k] for k in ("topic", "partition", "first_seq", "last_seq")} == {
-        "topic": "t",
-        "partition": 0,
-        "first_seq": 2,
-        "last_seq": 3,
-    }
-    late = plog(store, "t", 0).key(doubt["log_offset"])
+    assert (doubt.topic, doubt.partition, doubt.first_seq, doubt.last_seq) == ("t", 0, 2, 3)
+    assert second.as_dict()["in_doubt"] == [vars(doubt)]  # as `ctp produce --json` prints it
+    late = plog(store, "t", 0).key(doubt.log_offset)
     assert pid in store.get(late).decode()  # the offset names the entry in doubt
     assert (second.duplicates, second.unknown, second.not_sent, second.accepted) == (8, 2, 2, 0), second.as_dict()
     assert "may be in the log" in second.first_error and not second.complete
