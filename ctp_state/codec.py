@@ -22,6 +22,11 @@ import google_crc32c
 
 from ctp_state.errors import CorruptData
 
+#: A decoded JSON object: the one type at ctp's JSON edges -- the codec and its
+#: upcasters, ``--json`` output, JSON input, what GX and Airflow hand over -- where a
+#: typed record is made or taken apart. Everywhere else values are typed records.
+JsonObject = dict[str, Any]
+
 _TRAILER = re.compile(rb',"crc":"([0-9a-f]{8})"\}\s*\Z')
 
 
@@ -29,12 +34,12 @@ def crc32c(data: bytes) -> int:
     return int(google_crc32c.value(data))
 
 
-def dumps(body: dict[str, Any]) -> bytes:
+def dumps(body: JsonObject) -> bytes:
     """Compact, key-sorted JSON: the canonical bytes that get sealed."""
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
 
-def seal(body: dict[str, Any]) -> bytes:
+def seal(body: JsonObject) -> bytes:
     """``body`` as sealed JSON. ``body`` must be a non-empty mapping without ``crc``."""
     if not body or "crc" in body:
         raise ValueError("a sealed record is a non-empty object without a 'crc' member")
@@ -46,7 +51,7 @@ def is_sealed(data: bytes) -> bool:
     return _TRAILER.search(data) is not None
 
 
-def unseal(data: bytes, key: str, what: str = "record") -> dict[str, Any]:
+def unseal(data: bytes, key: str, what: str = "record") -> JsonObject:
     """Check and decode a sealed record; raise :class:`CorruptData` naming ``key``."""
     m = _TRAILER.search(data)
     if m is None:
@@ -57,7 +62,7 @@ def unseal(data: bytes, key: str, what: str = "record") -> dict[str, Any]:
     return loads(raw, key, what)
 
 
-def loads(data: bytes, key: str, what: str = "record") -> dict[str, Any]:
+def loads(data: bytes, key: str, what: str = "record") -> JsonObject:
     """Decode a JSON object (unsealed legacy records); raise :class:`CorruptData`."""
     try:
         body = json.loads(data)

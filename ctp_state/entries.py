@@ -14,7 +14,7 @@ that names the key; nothing is guessed.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
 import msgspec
 
@@ -146,7 +146,7 @@ _RELEASING = ("reconcile", "advance")
 def encode(entry: Entry) -> bytes:
     """The entry as sealed JSON: its fields (those at their default left out), its
     ``kind`` and its version."""
-    body: dict[str, Any] = msgspec.to_builtins(entry)  # JSON edge: the dict codec.seal canonicalizes
+    body: codec.JsonObject = msgspec.to_builtins(entry)
     body["v"] = RELEASING_ENTRY_VERSION if getattr(entry, "release_owner", None) is not None else ENTRY_VERSION
     return codec.seal(body)
 

@@ -7,8 +7,6 @@ Messages never contain credentials: stores are named by their redacted URL.
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class CtpError(Exception):
     """Base of all ctp errors. ``str(err)`` is a one-line, operator-readable cause."""
@@ -351,7 +349,7 @@ class GateFailed(CtpError):
     checkpoint's summary (evaluated, successful, unsuccessful).
     """
 
-    def __init__(self, failures: list[str], statistics: dict[str, Any] | None = None, docs: str | None = None):
+    def __init__(self, failures: list[str], statistics: dict[str, object] | None = None, docs: str | None = None):
         self.failures, self.statistics, self.docs = list(failures), dict(statistics or {}), docs
         shown = "; ".join(self.failures[:3]) + (
             f"; and {len(self.failures) - 3} more" if len(self.failures) > 3 else ""

@@ -35,11 +35,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from ctp_state import codec, crashpoints, layout
 from ctp_state import records as records_codec
 from ctp_state import state as sm
+from ctp_state.codec import JsonObject
 from ctp_state.entries import Placeholder
 from ctp_state.errors import ConfigError, CorruptData, CtpError, KeyExists, ObjectNotFound, StoreError
 from ctp_state.l0 import Record
@@ -102,7 +102,7 @@ class ProduceReport:
             self.first_error = self.first_error or str(v.error)
             stopped.add((v.topic, v.partition))
 
-    def as_dict(self) -> dict[str, Any]:  # JSON edge: `ctp produce --json` prints it
+    def as_dict(self) -> JsonObject:  # what `ctp produce --json` prints
         return {
             "producer_id": self.producer_id,
             "accepted": self.accepted,

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from ctp_state import validate
+from ctp_state.codec import JsonObject
 from ctp_state.errors import InvalidRecord
 from ctp_state.l0 import Record
 
@@ -50,12 +51,12 @@ def format_record(
     key: bytes | None,
     value: bytes,
     headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...],
-) -> dict[str, Any]:
+) -> JsonObject:
     """One record as a JSON-lines object, the inverse of :func:`parse_record`: keys,
     values and header values as text when they are UTF-8, else as base64 (``key_b64``,
     ``value_b64``, ``headers_b64``; the headers go all one way, so their order
     survives)."""
-    out: dict[str, Any] = {"topic": topic, "partition": partition}
+    out: JsonObject = {"topic": topic, "partition": partition}
     if offset is not None:
         out["offset"] = offset
     out["timestamp"] = timestamp_ms
@@ -76,7 +77,7 @@ def format_record(
     return out
 
 
-def _bytes(obj: dict[str, Any], name: str, where: str, required: bool) -> bytes | None:
+def _bytes(obj: JsonObject, name: str, where: str, required: bool) -> bytes | None:
     text, b64 = obj.get(name), obj.get(name + "_b64")
     if text is not None and b64 is not None:
         raise InvalidRecord(where, f"give either {name!r} or {name + '_b64'!r}, not both")
@@ -106,7 +107,7 @@ def _b64(v: str) -> bytes:
         raise binascii.Error(str(e)) from None
 
 
-def _headers(obj: dict[str, Any], where: str) -> tuple[tuple[str, bytes], ...]:
+def _headers(obj: JsonObject, where: str) -> tuple[tuple[str, bytes], ...]:
     out: list[tuple[str, bytes]] = []
     for field, decode in (("headers", lambda v: validate.text(v, what="a header value")), ("headers_b64", _b64)):
         raw = obj.get(field)

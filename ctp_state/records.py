@@ -38,6 +38,7 @@ from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
+from ctp_state.codec import JsonObject
 from ctp_state.errors import CorruptData, UnsupportedVersion
 
 #: A JSON scalar: statistics and settings echoed into records.
@@ -52,20 +53,20 @@ class StoredRecord(msgspec.Struct, frozen=True, kw_only=True):
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "record"
     #: version N -> a function from a version-N dict to a version-N+1 dict
-    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+    UPCASTERS: ClassVar[dict[int, Callable[[JsonObject], JsonObject]]] = {}
 
     v: int = 0  # set to VERSION by encode()
 
 
-def encode(rec: msgspec.Struct) -> dict[str, Any]:
+def encode(rec: msgspec.Struct) -> JsonObject:
     """The record as JSON-ready builtins, stamped with its type's current version."""
-    out: dict[str, Any] = msgspec.to_builtins(rec)
+    out: JsonObject = msgspec.to_builtins(rec)
     if isinstance(rec, StoredRecord):
         out["v"] = type(rec).VERSION
     return out
 
 
-def decode(cls: type[R], data: dict[str, Any], key: str) -> R:
+def decode(cls: type[R], data: JsonObject, key: str) -> R:
     """``data`` (read from ``key``) as a ``cls``: upcast to the current version, then
     checked against the type. Raises :class:`UnsupportedVersion` or :class:`CorruptData`."""
     v = data.get("v")
@@ -163,7 +164,7 @@ class TopicEvent(StoredRecord, frozen=True, kw_only=True):
     at_ms: int  # when this happened (the writer's clock: for people, never for decisions)
 
 
-def _marker_v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:  # JSON edge: an upcaster maps stored dicts
+def _marker_v1_to_v2(d: JsonObject) -> JsonObject:
     return {**d, "topics": None}  # written before incarnation ids: about first incarnations only
 
 
@@ -174,7 +175,7 @@ class ProduceMarker(StoredRecord, frozen=True, kw_only=True):
 
     VERSION: ClassVar[int] = 2
     WHAT: ClassVar[str] = "produce marker"
-    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {1: _marker_v1_to_v2}
+    UPCASTERS: ClassVar[dict[int, Callable[[JsonObject], JsonObject]]] = {1: _marker_v1_to_v2}
 
     producer_id: str
     digest: str  # the input's SHA-256
@@ -189,7 +190,7 @@ class ReconcileSummary(StoredRecord, frozen=True, kw_only=True):
 
     VERSION: ClassVar[int] = 2
     WHAT: ClassVar[str] = "reconcile run summary"
-    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}  # sealed since version 2
+    UPCASTERS: ClassVar[dict[int, Callable[[JsonObject], JsonObject]]] = {}  # sealed since version 2
 
     seq: int = -1  # set by the sequence that stores it
     run_id: str
@@ -256,17 +257,17 @@ class GcAlert(msgspec.Struct, frozen=True, kw_only=True):
     where: tuple[str, ...] = ()
 
 
-def _gc_v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
+def _gc_v1_to_v2(d: JsonObject) -> JsonObject:
     """Version 1 records were not sealed; their fields are the same."""
     return dict(d)
 
 
-def _gc_v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
+def _gc_v2_to_v3(d: JsonObject) -> JsonObject:
     """Version 3 adds ``alert``; runs before it raised none."""
     return {**d, "alert": None}
 
 
-def _gc_v3_to_v4(d: dict[str, Any]) -> dict[str, Any]:
+def _gc_v3_to_v4(d: JsonObject) -> JsonObject:
     """Version 4 adds what was deleted (epoch range, a sample of keys, the key list's
     Parquet); earlier runs kept only counts."""
     return {**d, "delete_epochs": None, "delete_sample": [], "deletes_key": None}
@@ -279,7 +280,7 @@ class GcRecord(StoredRecord, frozen=True, kw_only=True):
 
     VERSION: ClassVar[int] = 4
     WHAT: ClassVar[str] = "GC history record"
-    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    UPCASTERS: ClassVar[dict[int, Callable[[JsonObject], JsonObject]]] = {
         1: _gc_v1_to_v2,
         2: _gc_v2_to_v3,
         3: _gc_v3_to_v4,

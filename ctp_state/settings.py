@@ -85,7 +85,7 @@ def from_options(cls: type[S], values: Mapping[str, Any], base: S | None = None)
     """Settings from option values keyed by option name (``target_file_mb``), in the
     options' units; names absent (or None for an option whose default is not None) keep
     ``base``'s value or the default."""
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     for o in options(cls):
         if o.name not in values:
             continue

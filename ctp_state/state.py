@@ -232,7 +232,7 @@ def _make_evolve() -> Any:
         "    if len(ch) > 0 and not ch.keys() <= _names: raise TypeError(f'not fields: {sorted(ch.keys() - _names)}')"
     )
     lines.append("    return n")
-    scope: dict[str, Any] = {
+    scope: dict[str, object] = {
         "_new": object.__new__,
         "_set": object.__setattr__,
         "_cls": PartitionState,

@@ -25,11 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from ctp_state import codec, layout
 from ctp_state import entries as en
 from ctp_state import state as sm
+from ctp_state.codec import JsonObject
 from ctp_state.entries import Init
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, TopicDeleted, TopicNotFound
@@ -86,7 +86,7 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.errors
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "ok": self.ok,
             "errors": len(self.errors),

@@ -30,6 +30,7 @@ from typing import Any
 
 from airflow.sdk import Asset, Param
 
+from ctp_state.codec import JsonObject
 from ctp_state.settings import options
 
 #: Updated by the epoch DAG after every advance; the reconcile DAG runs on it.
@@ -54,7 +55,7 @@ class CtpConfig:
     catalog_uri: str | None = field(default=None, repr=False)  # the Iceberg catalog; may hold a password
 
 
-def default_args(*, retries: int, retry_delay: timedelta, execution_timeout: timedelta) -> dict[str, Any]:
+def default_args(*, retries: int, retry_delay: timedelta, execution_timeout: timedelta) -> dict[str, object]:
     """Every ctp DAG's task defaults: the owner, and how often and how long its tasks
     may try (which differs per DAG)."""
     return {"owner": OWNER, "retries": retries, "retry_delay": retry_delay, "execution_timeout": execution_timeout}
@@ -115,7 +116,7 @@ def settings_params(cls: type[Any], only: Sequence[str]) -> dict[str, Param]:
     for o in options(cls, only):
         k = o.knob
         kind = {bool: "boolean", int: "integer", float: "number", str: "string"}[k.kind]
-        schema: dict[str, Any] = {"type": kind if o.default is not None else ["null", kind]}
+        schema: JsonObject = {"type": kind if o.default is not None else ["null", kind]}  # a Param's JSON Schema
         if k.minimum is not None:
             schema["minimum"] = k.minimum
         if k.above is not None:

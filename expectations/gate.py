@@ -52,6 +52,7 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from ctp_state.codec import JsonObject
 from ctp_state.errors import ConfigError
 from ctp_state.gc import GateResult
 from expectations.report import GateRun, write_atomic
@@ -167,7 +168,7 @@ def validate_frames(ctx: Any, frames: dict[str, pa.Table], run_name: str) -> tup
     return results, run_time
 
 
-def _short(kwargs: dict[str, Any]) -> str:
+def _short(kwargs: JsonObject) -> str:  # an expectation's kwargs, as GX gives them
     keep = {k: v for k, v in kwargs.items() if k not in ("batch_id", "ignore_row_if", "result_format")}
     return ", ".join(f"{k}={v}" for k, v in keep.items())
 

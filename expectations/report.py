@@ -198,20 +198,48 @@ def partitions_view(seq: int, key: str, rows: Sequence[GcPartitionView], cap: in
     )
 
 
-def _validations(entries: Sequence[GateRun], site_rel: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ValidationRow:
+    """A row of the report's validation table: one gate run, linked to its pages."""
+
+    id: str
+    page: str
+    time: str
+    success: bool
+    successful: int
+    evaluated: int
+    links: list[tuple[str, str]]  # (suite, page)
+    failures: Sequence[str]
+    gc_run_id: str | None
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A row of the report's runs table: a GC run, what it deleted (a dry run: would
+    have), why it failed, and its gate run's page."""
+
+    rec: GcRecord
+    deleted: int
+    bytes: int
+    failures: list[str]
+    gate_page: str | None
+    gate_ok: bool | None
+
+
+def _validations(entries: Sequence[GateRun], site_rel: str) -> list[ValidationRow]:
     """The rows of the report's validation table (the template's own view of a run)."""
     return [
-        {
-            "id": en.id or en.run,
-            "page": f"{site_rel}/runs/{en.id or en.run}.html",
-            "time": en.time,
-            "success": en.success,
-            "successful": en.statistics.get("successful", 0),
-            "evaluated": en.statistics.get("evaluated", 0),
-            "links": [(suite, f"{site_rel}/{rel}") for suite, rel in sorted(en.pages.items())],
-            "failures": en.failures,
-            "gc_run_id": en.gc_run_id,
-        }
+        ValidationRow(
+            id=en.id or en.run,
+            page=f"{site_rel}/runs/{en.id or en.run}.html",
+            time=en.time,
+            success=en.success,
+            successful=en.statistics.get("successful", 0),
+            evaluated=en.statistics.get("evaluated", 0),
+            links=[(suite, f"{site_rel}/{rel}") for suite, rel in sorted(en.pages.items())],
+            failures=en.failures,
+            gc_run_id=en.gc_run_id,
+        )
         for en in entries
     ]
 
@@ -231,20 +259,20 @@ def write_summary_page(
     os.makedirs(report_dir, exist_ok=True)
     site_rel = os.path.relpath(os.path.dirname(docs_index), report_dir).replace(os.sep, "/") if docs_index else "."
     vals = _validations(validations, site_rel)
-    by_run = {v["gc_run_id"]: v for v in vals if v["gc_run_id"]}
+    by_run = {v.gc_run_id: v for v in vals if v.gc_run_id}
     shown = list(records[-REPORT_CHART_RUNS:])
     runs = []
     for r in reversed(shown):
         v = by_run.get(r.run_id)
         runs.append(
-            {
-                "rec": r,
-                "deleted": r.would_delete if r.dry_run else r.deleted,
-                "bytes": r.would_delete_bytes if r.dry_run else r.deleted_bytes,
-                "failures": list(r.gate.failures if r.gate else ()) + [f"{k}: {e}" for k, e in r.failed_keys.items()],
-                "gate_page": v["page"] if v else None,
-                "gate_ok": v["success"] if v else None,
-            }
+            RunRow(
+                rec=r,
+                deleted=r.would_delete if r.dry_run else r.deleted,
+                bytes=r.would_delete_bytes if r.dry_run else r.deleted_bytes,
+                failures=[*(r.gate.failures if r.gate else ()), *(f"{k}: {e}" for k, e in r.failed_keys.items())],
+                gate_page=v.page if v else None,
+                gate_ok=v.success if v else None,
+            )
         )
     page = render(
         "report.html.j2",

@@ -69,13 +69,12 @@ def run(spark: Any, args: argparse.Namespace, on_progress: Callable[[str, int, i
 
     config = config_from_args(args)
     store = open_store(args.store, os.environ)
-    kwargs: dict[str, Any] = {"on_progress": on_progress} if on_progress else {}
     return run_reconcile(
         store,
         topics=args.topics,
         config=config,
         map_files=spark_map_files(spark, args.store, config.compression, inline_plan_mb=inline_plan_mb(os.environ)),
-        **kwargs,
+        on_progress=on_progress or (lambda stage, done, total: None),
     )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
 import click
 
@@ -19,6 +18,7 @@ from ctp_state.cli.framework import (
     emit,
     main,
 )
+from ctp_state.codec import JsonObject
 from ctp_state.errors import CtpError
 from ctp_state.l0 import Record
 from ctp_state.storage import ObjectStore
@@ -178,7 +178,7 @@ def _read_input(store: ObjectStore, file: str) -> tuple[list[tuple[str, int, Rec
         line = raw[: e.start].count(b"\n") + 1
         raise InvalidRecord(f"{name}:{line}", f"not UTF-8 (byte {e.start} of the file)") from None
     parsed = list(read_records(io.StringIO(text), name))
-    topics: dict[str, Any] = {}
+    topics: JsonObject = {}
     for i, (t, p, _) in enumerate(parsed):
         try:
             if t not in topics:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import click
 from rich.table import Table
@@ -14,6 +13,7 @@ from ctp_state.cli.framework import (
     emit,
     main,
 )
+from ctp_state.codec import JsonObject
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.storage import ObjectStore
 
@@ -34,7 +34,7 @@ def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, 
     """Create topic NAME (or finish a crashed creation)."""
     from ctp_state.topics import create_topic
 
-    repaired: list[dict[str, Any]] = []  # appended to from create_topic's pool threads
+    repaired: list[JsonObject] = []  # appended to from create_topic's pool threads
     with _progress() as progress:
         task = progress.add_task("writing partition inits", total=partitions)
         t = create_topic(

@@ -12,10 +12,10 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from click import UsageError
 
+from ctp_state.codec import JsonObject
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer, write_with_retry
@@ -37,7 +37,7 @@ def run_demo(
     seed: int = 7,
     reconcile: Callable[[], ReconcileSummary] | None = None,
     gc: Callable[[bool], tuple[GcRecord, str]] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     rng = random.Random(seed)
     epochs = ClusterEpoch(store)
     t = create_topic(store, topic, partitions, exist_ok=True)

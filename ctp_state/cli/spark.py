@@ -28,7 +28,6 @@ def reconcile_with_spark(
 
     spark = spark_session(os.environ, None if remote else master, app_name=app_name, remote=remote)
     try:
-        kw: dict[str, Any] = {"on_progress": on_progress} if on_progress else {}
         # store.url reopens the same store in the Spark workers
         return run_reconcile(
             store,
@@ -37,7 +36,11 @@ def reconcile_with_spark(
             map_files=spark_map_files(
                 spark, store.url, settings.compression, inline_plan_mb=inline_plan_mb(os.environ)
             ),
-            **kw,
+            on_progress=on_progress or _quiet,
         )
     finally:
         spark.stop()
+
+
+def _quiet(stage: str, done: int, total: int) -> None:
+    """No progress to show."""

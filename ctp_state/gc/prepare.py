@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ctp_state.codec import JsonObject
 from ctp_state.errors import CorruptData, ObjectNotFound, StateUnreadable
 from ctp_state.gc import l1_sweep
 from ctp_state.gc.alert import m_alert
@@ -37,6 +38,7 @@ from ctp_state.gc.inputs import PartitionView, gather_all, newest_summary, quara
 from ctp_state.gc.safe_epoch import Holdback, MDecision, PartitionStatus, compute_m, partition_status
 from ctp_state.gc.table_hook import TableHeads, TableHook
 from ctp_state.gc.tables import (
+    HistoryCandidate,
     history_table,
     state_table,
     table_files_table,
@@ -54,7 +56,7 @@ log = logging.getLogger(__name__)
 class GateResult:
     success: bool
     failures: list[str]
-    statistics: dict[str, Any] = field(default_factory=dict)
+    statistics: JsonObject = field(default_factory=dict)  # as GX reports them
     docs: str | None = None
 
 
@@ -212,14 +214,14 @@ def prepare(
     frames = {
         "gc_history": history_table(
             tail,
-            {
-                "seq": last + 1,
-                "m": decision.m,
-                "cluster_epoch": c,
-                "m_high_water_before": hw_before,
-                "started_ms": started_ms,
-                "run_id": run_id,
-            },
+            HistoryCandidate(
+                seq=last + 1,
+                m=decision.m,
+                cluster_epoch=c,
+                m_high_water_before=hw_before,
+                started_ms=started_ms,
+                run_id=run_id,
+            ),
         ),
         "partition_state": state_table(views, previous_lb, decision.m),
         "l1_files": l1_sweep.check_table(sweeps),

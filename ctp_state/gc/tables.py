@@ -4,7 +4,8 @@ view the history keeps."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -46,7 +47,19 @@ STATE_SCHEMA = pa.schema(
 )
 
 
-def history_table(tail: list[GcRecord], candidate: dict[str, Any]) -> pa.Table:
+@dataclass(frozen=True)
+class HistoryCandidate:
+    """This run, as the gate's history check sees it beside the runs before it."""
+
+    seq: int
+    m: int | None
+    cluster_epoch: int
+    m_high_water_before: int | None
+    started_ms: int
+    run_id: str
+
+
+def history_table(tail: list[GcRecord], candidate: HistoryCandidate) -> pa.Table:
     """The passing runs of ``tail`` and this run's ``candidate`` row (seq, m, cluster
     epoch, high water before, started, run id)."""
     rows = [
@@ -63,7 +76,7 @@ def history_table(tail: list[GcRecord], candidate: dict[str, Any]) -> pa.Table:
         for r in tail
         if r.passed
     ]
-    rows.append({**candidate, "candidate": True, "status": "candidate"})
+    rows.append({**asdict(candidate), "candidate": True, "status": "candidate"})
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 
 

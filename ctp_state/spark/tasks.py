@@ -16,8 +16,9 @@ from typing import Any
 import msgspec
 
 from ctp_state.l1 import L1Build
+from ctp_state.storage import ObjectStore
 
-_STORES: dict[str, Any] = {}
+_STORES: dict[str, ObjectStore] = {}  # a Python worker opens each store once
 
 #: The build job's output: one JSON :class:`~ctp_state.l1.L1Build` per L1 file.
 RESULT_SCHEMA = "result string"

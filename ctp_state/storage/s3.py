@@ -110,7 +110,7 @@ class S3Store(ObjectStore):
     def list(
         self, prefix: str = "", start_after: str | None = None, end_before: str | None = None
     ) -> Iterator[ObjectInfo]:
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        kwargs: dict[str, str] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}  # list_objects_v2's
         if start_after:
             kwargs["StartAfter"] = self.prefix + start_after
         n = len(self.prefix)
@@ -140,7 +140,7 @@ class S3Store(ObjectStore):
         dirs: builtins.list[str] = []
         files: builtins.list[ObjectInfo] = []
         n = len(self.prefix)
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix, "Delimiter": "/"}
+        kwargs: dict[str, str] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix, "Delimiter": "/"}
         while True:
             try:
                 page = self._s3.list_objects_v2(**kwargs)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from ctp_state.codec import JsonObject
 from ctp_state.gc.table_hook import TableFile
 from ctp_state.status import read_states
 from ctp_state.storage import ObjectStore
@@ -44,7 +44,7 @@ class TableView:
     files: list[TableFile]
     partitions: list[PartitionProgress]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:  # what `ctp table show --json` prints
         return {
             "topic": self.topic,
             "table": self.table,

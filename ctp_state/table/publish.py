@@ -38,6 +38,7 @@ from typing import Any
 
 from ctp_state import codec, crashpoints, layout
 from ctp_state import state as sm
+from ctp_state.codec import JsonObject
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
 from ctp_state.storage import ObjectStore
 from ctp_state.table import register
@@ -64,7 +65,7 @@ class Published:
     attempts: int  # commits tried (more than one: lost races, or an outcome looked up)
     vector: dict[int, int] = field(default_factory=dict)  # partition -> last record offset accounted for
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """JSON for the CLI and the DAG's XCom (the vector, one entry per partition, left out)."""
         return {k: v for k, v in asdict(self).items() if k != "vector"}
 

@@ -13,7 +13,7 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import STATE_SCHEMA, history_table
 from ctp_state.gc.history import GcHistory
 from ctp_state.gc.l1_sweep import L1_CHECK_SCHEMA
-from ctp_state.gc.tables import TABLE_FILES_SCHEMA, TABLE_PARTITIONS_SCHEMA
+from ctp_state.gc.tables import TABLE_FILES_SCHEMA, TABLE_PARTITIONS_SCHEMA, HistoryCandidate
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
@@ -96,7 +96,7 @@ def gate_frames(*, duplicated_offset: bool = False) -> dict[str, pa.Table]:
             )
             for s in range(3)
         ],
-        {"seq": 3, "m": 5, "cluster_epoch": 7, "m_high_water_before": 4, "started_ms": 3000},
+        HistoryCandidate(seq=3, m=5, cluster_epoch=7, m_high_water_before=4, started_ms=3000, run_id="r3"),
     )
     state = pa.Table.from_pylist(
         [
