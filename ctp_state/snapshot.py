@@ -88,33 +88,21 @@ class SnapshotV2(msgspec.Struct, frozen=True, kw_only=True):
     producers: tuple[_ProducerRow, ...]
 
 
+#: The fields a snapshot holds as the state holds them (the rest are rows, above).
+_AS_IS = tuple(f for f in SnapshotV2.__struct_fields__ if f not in ("v", "holders", "pending", "producers"))
+
+
 def encode_snapshot(s: PartitionState) -> bytes:
     snap = SnapshotV2(
         v=SNAPSHOT_VERSION,
-        topic=s.topic,
-        topic_id=s.topic_id,
-        sealed=s.sealed,
-        partition=s.partition,
-        applied_offset=s.applied_offset,
-        max_applied_epoch=s.max_applied_epoch,
-        previous_applied_epoch=s.previous_applied_epoch,
-        epoch_window_offset=s.epoch_window_offset,
-        min_epoch_lower_bound=s.min_epoch_lower_bound,
-        last_reconciled_log_offset=s.last_reconciled_log_offset,
-        last_reconciled_offset=s.last_reconciled_offset,
-        next_offset=s.next_offset,
-        writer_epoch=s.writer_epoch,
-        fence_floor=s.fence_floor,
+        **{name: getattr(s, name) for name in _AS_IS},
         holders=tuple(_HolderRow(h.owner, h.mode, h.writer_epoch, h.lease_until_ms, h.lease_ms) for h in s.holders),
-        writer_epoch_starts=s.writer_epoch_starts,
         pending=tuple(
             _PendingRow(
                 p.log_offset, p.epoch, p.l0_key, p.byte_offset, p.byte_length, p.record_count, p.crc32c, p.base_offset
             )
             for p in s.pending
         ),
-        l1_ends=s.l1_ends,
-        l1_crcs=s.l1_crcs,
         producers=tuple(
             _ProducerRow(
                 p.producer_id,
@@ -146,32 +134,16 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
     except (msgspec.ValidationError, ValueError) as e:
         raise CorruptData(key, f"malformed snapshot: {e}") from None
     s = PartitionState(
-        topic=snap.topic,
-        topic_id=snap.topic_id,
-        sealed=snap.sealed,
-        partition=snap.partition,
-        applied_offset=snap.applied_offset,
-        max_applied_epoch=snap.max_applied_epoch,
+        **{name: getattr(snap, name) for name in _AS_IS},
         max_seen_epoch=snap.max_applied_epoch,  # recovered: the window collapsed to [max_applied_epoch]
         oldest_accepted_epoch=snap.max_applied_epoch,
-        previous_applied_epoch=snap.previous_applied_epoch,
-        epoch_window_offset=snap.epoch_window_offset,
-        min_epoch_lower_bound=snap.min_epoch_lower_bound,
-        last_reconciled_log_offset=snap.last_reconciled_log_offset,
-        last_reconciled_offset=snap.last_reconciled_offset,
-        next_offset=snap.next_offset,
-        writer_epoch=snap.writer_epoch,
-        fence_floor=snap.fence_floor,
         holders=tuple(Holder(h.owner, h.mode, h.writer_epoch, h.lease_until_ms, h.lease_ms) for h in snap.holders),
-        writer_epoch_starts=snap.writer_epoch_starts,
         pending=tuple(
             Pending(
                 p.log_offset, p.epoch, p.l0_key, p.byte_offset, p.byte_length, p.record_count, p.crc32c, p.base_offset
             )
             for p in snap.pending
         ),
-        l1_ends=snap.l1_ends,
-        l1_crcs=snap.l1_crcs,
         producers=tuple(
             ProducerSeq(
                 p.producer_id,

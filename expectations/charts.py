@@ -180,13 +180,11 @@ def m_chart(records: Sequence[GcRecord], width: int = 960, height: int = 260) ->
         ]
         return Series(color, dash, dots, _polyline(dots) if line else "")
 
-    x_ticks, y_ticks = _axes(f, t0, t1, ticks)
     return Chart(
         width,
         height,
         *PAD,
-        x_ticks=x_ticks,
-        y_ticks=y_ticks,
+        *_axes(f, t0, t1, ticks),
         y_title="epoch",
         series=[
             series("C", "#868e96", True, lambda r: r.cluster_epoch, pts),
@@ -231,13 +229,11 @@ def delete_chart(records: Sequence[GcRecord], width: int = 960, height: int = 22
         for r in pts
     ]
     dots = [Dot(f.x(r.started_ms), f.y(b(r), bticks[0], bticks[-1]), f"run {r.seq}: {human_bytes(b(r))}") for r in pts]
-    x_ticks, y_ticks = _axes(f, t0, t1, ticks)
     return Chart(
         width,
         height,
         *PAD,
-        x_ticks=x_ticks,
-        y_ticks=y_ticks,
+        *_axes(f, t0, t1, ticks),
         y_title="objects",
         y2_ticks=[Tick(f.y(v, bticks[0], bticks[-1]), human_bytes(int(v))) for v in bticks],
         y2_title="bytes",
