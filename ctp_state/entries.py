@@ -167,12 +167,12 @@ def decode(data: bytes, key: str) -> Entry:
     kind = body.get("kind")
     if not isinstance(kind, str) or kind not in _KINDS:
         raise CorruptData(key, f"unknown entry kind {kind!r}")
-    # Version 3 is version 2 plus release_owner, on the two kinds that release.
-    if version == RELEASING_ENTRY_VERSION and kind in _RELEASING:
-        if body.get("release_owner") is None:
-            raise CorruptData(key, f"version {version} {kind} entry releases no claim (release_owner is missing)")
-    elif "release_owner" in body:
+    # Version 3 is version 2 plus release_owner, on the two kinds that release: an entry
+    # of version 3 releases a claim, and only such an entry carries release_owner.
+    if "release_owner" in body and (version != RELEASING_ENTRY_VERSION or kind not in _RELEASING):
         raise CorruptData(key, f"{kind} entry has unknown fields ['release_owner'] (version {version})")
+    if version == RELEASING_ENTRY_VERSION and body.get("release_owner") is None:
+        raise CorruptData(key, f"version {version} {kind} entry releases no claim (release_owner is missing)")
     try:
         entry: Entry = msgspec.convert(body, Entry)
     except msgspec.ValidationError as e:

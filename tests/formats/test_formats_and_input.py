@@ -145,6 +145,8 @@ def test_a_releasing_entry_is_version_3_and_reads_back_and_its_field_is_checked(
     assert codec.unseal(en.encode(plain), key, "entry")["v"] == 2 and en.decode(en.encode(plain), key) == plain
     for body, match in [
         ({"v": 3, "kind": "advance", "epoch": 3, "writer_epoch": 1}, "releases no claim"),
+        ({"v": 3, "kind": "init", "epoch": 3}, "releases no claim"),
+        ({"v": 3, "kind": "seal", "at_ms": 1}, "releases no claim"),
         ({"v": 3, "kind": "advance", "epoch": 3, "writer_epoch": 1, "release_owner": None}, "releases no claim"),
         ({"v": 2, "kind": "advance", "epoch": 3, "writer_epoch": 1, "release_owner": "r"}, "unknown fields"),
         ({"v": 3, "kind": "claim", "writer_epoch": 1, "owner": "r", "mode": "exclusive", "lease_until_ms": 1,
