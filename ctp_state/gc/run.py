@@ -16,8 +16,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import fields
-from typing import TypedDict, cast
 
 import pyarrow as pa
 
@@ -26,13 +24,14 @@ from ctp_state.errors import CtpError, GateFailed, StateUnreadable
 from ctp_state.gc.delete import GcCounters, delete_objects, plan_l0_deletes
 from ctp_state.gc.history import PASSED, GcHistory, high_water
 from ctp_state.gc.inputs import m_digest
+from ctp_state.gc.outcome import Outcome, RunFacts, counts
 from ctp_state.gc.prepare import Gate, check, held_by, prepare
 from ctp_state.gc.table_hook import TableHook, TableSweep
 from ctp_state.gc.tables import (
     deletes_table,
     partition_view_table,
 )
-from ctp_state.records import GateInfo, GcAlert, GcRecord, HeldBy, HistorySkip, Scalar
+from ctp_state.records import GateInfo, GcRecord, HeldBy, HistorySkip
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
 
@@ -62,7 +61,7 @@ def run_gc(
         _record_unreadable(store, config, e, clock)
         raise
     decision, history = p.decision, p.history
-    base: _RunFacts = {
+    base: RunFacts = {
         "run_id": p.run_id,
         "started_ms": p.started_ms,
         "dry_run": config.dry_run,
@@ -81,7 +80,7 @@ def run_gc(
 
     def finish(
         status: str,
-        extra: _Outcome,
+        extra: Outcome,
         *,
         with_view: bool,
         marks: dict[tuple[str, int], tuple[int, int]] | None = None,
@@ -155,7 +154,7 @@ def run_gc(
     on_progress("gate", 0, 1)
     result, failures = check(p, gate)
     on_progress("gate", 1, 1)
-    gate_info: _Outcome = {
+    gate_info: Outcome = {
         "gate": GateInfo(success=not failures, statistics=result.statistics, failures=tuple(failures), docs=result.docs)
     }
     if failures:
@@ -167,7 +166,7 @@ def run_gc(
 
     counters = GcCounters()
     l1_orphans = [o for s in p.sweeps for o in s.orphans]
-    l1_info: _Outcome = {
+    l1_info: Outcome = {
         "l1_listed": sum(s.listed for s in p.sweeps),
         "l1_new_files_checked": sum(len(s.new_files) for s in p.sweeps),
         "l1_orphans": len(l1_orphans),
@@ -221,7 +220,7 @@ def run_gc(
             limited = len(todo) - config.max_deletes
             todo = todo[: config.max_deletes]
         epochs = sorted(layout.parse_l0_key(o.key)[1] for o in todo)
-        plan: _Outcome = {
+        plan: Outcome = {
             "would_delete": len(todo),
             "would_delete_bytes": sum(o.size for o in todo),
             "skipped_max_deletes": limited,
@@ -231,7 +230,7 @@ def run_gc(
         if config.dry_run:
             return finish(
                 "dry_run",
-                {**gate_info, **_counts(counters), **plan, **l1_info},
+                {**gate_info, **counts(counters), **plan, **l1_info},
                 with_view=True,
                 deletes=deletes_table(todo, set(), l1_orphans, set(), dry_run=True),
             )
@@ -263,7 +262,7 @@ def run_gc(
             for err in swept.errors:
                 log.warning("maintaining a topic's table: %s", err)
         l1_info.update(
-            _Outcome(
+            Outcome(
                 l1_orphans_deleted=l1_res.deleted,
                 l1_orphan_bytes_deleted=l1_res.deleted_bytes,
                 l1_delete_errors=l1_res.delete_errors,
@@ -282,7 +281,7 @@ def run_gc(
         try:
             finish(
                 "failed",
-                {**gate_info, **_counts(counters), **l1_info, "error": str(e)},
+                {**gate_info, **counts(counters), **l1_info, "error": str(e)},
                 with_view=False,
                 deletes=None if todo is None or config.dry_run else deletes(todo, interrupted=True),
             )
@@ -309,7 +308,7 @@ def run_gc(
         l1_info["l1_full_sweep_ms"] = p.started_ms
     return finish(
         status,
-        {**gate_info, **_counts(counters), **plan, **l1_info},
+        {**gate_info, **counts(counters), **plan, **l1_info},
         with_view=True,
         marks=p.new_marks if not l1_res.delete_errors else None,
         deletes=deletes(todo),
@@ -362,81 +361,3 @@ def _record_unreadable(store: ObjectStore, config: GcSettings, e: StateUnreadabl
         history.append(lambda seq: rec)
     except CtpError as err:  # the run stays failed either way; say so in the log
         log.warning("could not record the failed GC run: %s", err)
-
-
-def _counts(c: GcCounters) -> _Outcome:
-    """The run's L0 counters as :class:`GcRecord` fields: each counter of
-    :class:`GcCounters` under its own name (defined once, there), the delete limit
-    rounded, and at most 20 of the failed keys."""
-    out = {f.name: getattr(c, f.name) for f in fields(c) if f.name not in ("lowest_limit", "failed_keys")}
-    out["lowest_delete_limit"] = round(c.lowest_limit, 2)
-    out["failed_keys"] = dict(list(c.failed_keys.items())[:20])
-    # (built from GcCounters' own fields, so a counter is named once; _Outcome lists them
-    # for the type checker, and tests/gc/test_record_pieces.py holds the two together)
-    return cast(_Outcome, out)
-
-
-class _RunFacts(TypedDict):
-    """What every record of a run says, whatever its outcome."""
-
-    run_id: str
-    started_ms: int
-    dry_run: bool
-    cluster_epoch: int | None
-    m: int | None
-    m_high_water_before: int | None
-    partitions: int
-    summary_run_id: str | None
-    m_digest: str | None
-    history_skipped: tuple[HistorySkip, ...]
-    held_by: tuple[HeldBy, ...]
-    held_by_count: int
-    alert: GcAlert | None
-    config: dict[str, Scalar]
-
-
-class _Outcome(TypedDict, total=False):
-    """What a run found and did, gathered as it goes: the gate, the L0 counters, the
-    delete plan, the L1 sweep, removals and table maintenance (each a GcRecord field)."""
-
-    gate: GateInfo
-    error: str
-    listed: int
-    deleted: int
-    deleted_bytes: int
-    skipped_above_m: int
-    skipped_too_young: int
-    list_errors: int
-    delete_errors: int
-    delete_retries: int
-    list_retries: int
-    throttled: int
-    lowest_delete_limit: float
-    min_epoch_seen: int | None
-    max_epoch_seen: int | None
-    failed_keys: dict[str, str]
-    would_delete: int
-    would_delete_bytes: int
-    skipped_max_deletes: int
-    delete_epochs: tuple[int, int] | None
-    delete_sample: tuple[str, ...]
-    l1_listed: int
-    l1_new_files_checked: int
-    l1_orphans: int
-    l1_orphan_bytes: int
-    l1_young_skipped: int
-    l1_partitions_unchanged: int
-    l1_full_sweep: bool
-    l1_full_sweep_ms: int | None
-    l1_orphans_deleted: int
-    l1_orphan_bytes_deleted: int
-    l1_delete_errors: int
-    tmp_deleted: int
-    gc_orphans_deleted: int
-    topic_incarnations_removed: int
-    topic_incarnations_waiting: int
-    topic_objects_deleted: int
-    topic_removal_errors: tuple[str, ...]
-    table_snapshots_expired: int
-    table_files_deleted: int
-    table_errors: tuple[str, ...]
