@@ -177,6 +177,8 @@ def decode(data: bytes, key: str) -> Entry:
         entry: Entry = msgspec.convert(body, Entry)
     except msgspec.ValidationError as e:
         raise CorruptData(key, f"malformed {kind} entry: {e}") from None
+    except UnicodeError:  # msgspec quoting a lone surrogate in its own message
+        raise CorruptData(key, f"malformed {kind} entry: a field holds text that is not valid Unicode") from None
     problem = _mismatch(entry)
     if problem:
         raise CorruptData(key, f"malformed {kind} entry: {problem}")

@@ -24,12 +24,13 @@ SNAPSHOT_VERSION = 2
 SUPPORTED_SNAPSHOT_VERSIONS = (2,)
 
 Offset = Annotated[int, msgspec.Meta(ge=-1, le=validate.INT64_MAX)]  # -1: none yet
-TopicId = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
+TopicId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z")]  # (msgspec searches: $ would pass a "\n")
 
 
 # The persisted shape, field for field as version 2 writes it: the lists of a state's
-# parts are positional rows (array_like), to keep a snapshot of a busy partition small.
-class _HolderRow(msgspec.Struct, frozen=True, array_like=True):
+# parts are positional rows (array_like), to keep a snapshot of a busy partition small;
+# a row with an item more than its fields is refused, not cut short.
+class _HolderRow(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
     owner: Name
     mode: AccessMode
     writer_epoch: Positive
@@ -37,7 +38,7 @@ class _HolderRow(msgspec.Struct, frozen=True, array_like=True):
     lease_ms: Count
 
 
-class _PendingRow(msgspec.Struct, frozen=True, array_like=True):
+class _PendingRow(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
     log_offset: Count
     epoch: Epoch
     l0_key: Name
@@ -48,14 +49,14 @@ class _PendingRow(msgspec.Struct, frozen=True, array_like=True):
     base_offset: Count
 
 
-class _BatchRow(msgspec.Struct, frozen=True, array_like=True):
+class _BatchRow(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
     first_seq: Count
     record_count: Positive
     base_offset: Count
     fingerprint: Count
 
 
-class _ProducerRow(msgspec.Struct, frozen=True, array_like=True):
+class _ProducerRow(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
     producer_id: Name
     last_seq: Count
     last_epoch: Epoch

@@ -18,6 +18,7 @@ from ctp_state import entries as en
 from ctp_state import layout, snapshot
 from ctp_state import state as sm
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release, Seal
+from ctp_state.errors import CorruptData
 
 GOLDEN = Path(__file__).parent / "golden"
 TOPIC_ID = "0123456789abcdef0123456789abcdef"
@@ -97,6 +98,41 @@ def test_every_golden_line_is_checked():
     """A line nobody decodes would be a format nobody tests."""
     assert set(_golden("entries.jsonl")) == set(golden_entries())
     assert set(_golden("snapshots.jsonl")) == set(golden_states())
+
+
+def _reseal(data: bytes, change) -> bytes:
+    from ctp_state import codec
+
+    body = codec.unseal(data, "k")
+    change(body)
+    return codec.seal(body)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda b: b["holders"][0].append({"forged": True}), "Expected `array` of at most length 5"),
+        (lambda b: b["pending"][0].append(-5), "Expected `array` of at most length 8"),
+        (lambda b: b["producers"][0][3][0].append("x"), "Expected `array` of at most length 4"),
+        (lambda b: b["producers"][0].append([1, 2, 3]), "Expected `array` of at most length 4"),
+        (lambda b: b.update(topic_id=b["topic_id"] + "\n"), "topic_id"),
+    ],
+)
+def test_a_snapshot_row_with_an_item_too_many_or_an_odd_topic_id_is_refused(change, match):
+    """Found by an attack review of the msgspec codec: positional rows took extra items
+    and dropped them, and a trailing newline passed the topic id's pattern."""
+    data = _reseal(_golden("snapshots.jsonl")["busy"], change)
+    with pytest.raises(CorruptData, match=match):
+        snapshot.decode_snapshot(data, "snapshots/t/busy.json")
+
+
+def test_an_entry_with_a_lone_surrogate_where_a_number_belongs_is_corrupt_data():
+    """Not a UnicodeEncodeError from deep inside msgspec: callers catch CorruptData."""
+    from ctp_state import codec
+
+    data = codec.seal({"at_ms": "\ud800", "kind": "seal", "v": 2})
+    with pytest.raises(CorruptData, match="not valid Unicode"):
+        en.decode(data, "logs/t/000000/5.json")
 
 
 def write_golden() -> None:  # pragma: no cover - run by hand when a format version changes
