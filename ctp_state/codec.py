@@ -28,6 +28,7 @@ from ctp_state.errors import CorruptData
 JsonObject = dict[str, Any]
 
 _TRAILER = re.compile(rb',"crc":"([0-9a-f]{8})"\}\s*\Z')
+_TRAILER_LEN = len(b',"crc":"00000000"}')
 
 
 def crc32c(data: bytes) -> int:
@@ -47,13 +48,19 @@ def seal(body: JsonObject) -> bytes:
     return raw[:-1] + b',"crc":"%08x"}' % crc32c(raw)
 
 
+def _trailer(data: bytes) -> re.Match[bytes] | None:
+    # The trailer is the last 18 bytes before any trailing whitespace: look only there
+    # (a search of the whole record costs as much as decoding a large snapshot).
+    return _TRAILER.search(data, max(0, len(data.rstrip()) - _TRAILER_LEN))
+
+
 def is_sealed(data: bytes) -> bool:
-    return _TRAILER.search(data) is not None
+    return _trailer(data) is not None
 
 
 def unseal(data: bytes, key: str, what: str = "record") -> JsonObject:
     """Check and decode a sealed record; raise :class:`CorruptData` naming ``key``."""
-    m = _TRAILER.search(data)
+    m = _trailer(data)
     if m is None:
         raise CorruptData(key, f"{what} has no checksum (it is truncated, or not a sealed record)")
     raw = data[: m.start()] + b"}"

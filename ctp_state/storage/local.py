@@ -141,10 +141,17 @@ class LocalStore(ObjectStore):
         yield from self._walk(start_dir, base + "/" if base else "", prefix, start_after or "", end_before)
 
     def _walk(self, path: str, key_prefix: str, prefix: str, after: str, before: str | None) -> Iterator[ObjectInfo]:
+        # The part of `after` below this directory: a child whose name sorts at or before
+        # it, and is not a beginning of it, holds nothing past `after` (file or directory).
+        # Dropped before the sort: a state log's directory holds every entry, and a read
+        # lists only the few after the newest snapshot.
+        here = after[len(key_prefix) :] if after and after.startswith(key_prefix) else ""
         try:
             with os.scandir(path) as it:
                 entries = [
-                    (_utf8(key_prefix, e.name) + ("/" if e.is_dir(follow_symlinks=False) else ""), e) for e in it
+                    (name + ("/" if e.is_dir(follow_symlinks=False) else ""), e)
+                    for e in it
+                    if not ((name := _utf8(key_prefix, e.name)) <= here and not here.startswith(name))
                 ]
         except (FileNotFoundError, NotADirectoryError):
             return
