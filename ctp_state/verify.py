@@ -52,6 +52,10 @@ class Finding:
     what: str  # one sentence an operator can act on
     key: str | None = None
 
+    def line(self) -> str:
+        """The finding as one log line."""
+        return f"{self.severity}: {self.where}: {self.what}" + (f" [{self.key}]" if self.key else "")
+
 
 @dataclass
 class PartitionCheck:
@@ -85,6 +89,14 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    def refusal(self) -> str | None:
+        """Why a GC that verifies first must delete nothing (None when it may go on): the
+        one sentence ``ctp gc --verify`` and the GC DAG's verify task both stop with."""
+        if self.ok:
+            return None
+        first = self.errors[0]
+        return f"verify found {len(self.errors)} problem(s), nothing deleted; first: {first.where}: {first.what}"
 
     def to_json(self) -> JsonObject:
         return {

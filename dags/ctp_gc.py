@@ -156,15 +156,11 @@ def ctp_gc():
 
         report = run_verify(open_store(resolve()))
         for f in report.findings:
-            (log.error if f.severity == "error" else log.warning)(
-                "%s: %s: %s%s", f.severity, f.where, f.what, f" [{f.key}]" if f.key else ""
-            )
+            (log.error if f.severity == "error" else log.warning)("%s", f.line())
         log.info("verify: %d partitions, %d errors", len(report.partitions), len(report.errors))
-        if not report.ok:
-            first = report.errors[0]
-            raise AirflowFailException(
-                f"verify found {len(report.errors)} problem(s), nothing deleted; first: {first.where}: {first.what}"
-            )
+        refusal = report.refusal()
+        if refusal is not None:
+            raise AirflowFailException(refusal)
         return {"verified": True}
 
     @task(outlets=[GC_ASSET])

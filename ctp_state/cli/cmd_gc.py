@@ -78,12 +78,10 @@ def gc(
 
         checked = run_verify(store)
         for f in checked.errors:
-            click.echo(f"  {f.severity}: {f.where}: {f.what}" + (f" [{f.key}]" if f.key else ""), err=True)
-        if not checked.ok:
-            fail(
-                f"verify found {len(checked.errors)} problem(s), nothing deleted; first: "
-                f"{checked.errors[0].where}: {checked.errors[0].what}"
-            )
+            click.echo(f"  {f.line()}", err=True)
+        refusal = checked.refusal()
+        if refusal is not None:
+            fail(refusal)
     report_dir = os.path.abspath(report_dir) if report_dir else report_dir_from_env(os.environ, store.url)
     with _progress() as progress:
         task = progress.add_task("reading partitions", total=None)
