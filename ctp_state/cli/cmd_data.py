@@ -10,16 +10,7 @@ import click
 from rich.table import Table
 
 from ctp_state import validate
-from ctp_state.cli.framework import (
-    AT_LEAST_1,
-    COUNT,
-    _progress,
-    command,
-    emit,
-    fail,
-    main,
-    settings_options,
-)
+from ctp_state.cli.framework import AT_LEAST_1, COUNT, _progress, command, emit, fail, main, settings_options
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.records import encode
 from ctp_state.settings import GcSettings, ReconcileSettings, from_options

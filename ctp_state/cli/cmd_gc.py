@@ -9,14 +9,7 @@ from typing import Any
 import click
 
 from ctp_state import validate
-from ctp_state.cli.framework import (
-    _progress,
-    command,
-    emit,
-    fail,
-    main,
-    settings_options,
-)
+from ctp_state.cli.framework import _progress, command, emit, fail, main, settings_options
 from ctp_state.records import encode
 from ctp_state.settings import GcSettings, from_options
 from ctp_state.storage import ObjectStore
