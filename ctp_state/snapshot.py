@@ -8,6 +8,7 @@ one that fails is set aside by the reader and the state rebuilt from the log.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Annotated
 
 import msgspec
@@ -89,6 +90,12 @@ class SnapshotV2(msgspec.Struct, frozen=True, kw_only=True):
     producers: tuple[_ProducerRow, ...]
 
 
+#: A row's items, read off a state's part or a row alike: each row lists the fields of
+#: its part of the state in the part's own order (checked by tests/formats/test_golden_bytes.py).
+_HOLDER = attrgetter(*_HolderRow.__struct_fields__)
+_PENDING = attrgetter(*_PendingRow.__struct_fields__)
+_BATCH = attrgetter(*_BatchRow.__struct_fields__)
+
 #: The fields a snapshot holds as the state holds them (the rest are rows, above).
 _AS_IS = tuple(f for f in SnapshotV2.__struct_fields__ if f not in ("v", "holders", "pending", "producers"))
 
@@ -97,20 +104,10 @@ def encode_snapshot(s: PartitionState) -> bytes:
     snap = SnapshotV2(
         v=SNAPSHOT_VERSION,
         **{name: getattr(s, name) for name in _AS_IS},
-        holders=tuple(_HolderRow(h.owner, h.mode, h.writer_epoch, h.lease_until_ms, h.lease_ms) for h in s.holders),
-        pending=tuple(
-            _PendingRow(
-                p.log_offset, p.epoch, p.l0_key, p.byte_offset, p.byte_length, p.record_count, p.crc32c, p.base_offset
-            )
-            for p in s.pending
-        ),
+        holders=tuple(_HolderRow(*_HOLDER(h)) for h in s.holders),
+        pending=tuple(_PendingRow(*_PENDING(p)) for p in s.pending),
         producers=tuple(
-            _ProducerRow(
-                p.producer_id,
-                p.last_seq,
-                p.last_epoch,
-                tuple(_BatchRow(b.first_seq, b.record_count, b.base_offset, b.fingerprint) for b in p.batches),
-            )
+            _ProducerRow(p.producer_id, p.last_seq, p.last_epoch, tuple(_BatchRow(*_BATCH(b)) for b in p.batches))
             for p in s.producers
         ),
     )
@@ -138,20 +135,10 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
         **{name: getattr(snap, name) for name in _AS_IS},
         max_seen_epoch=snap.max_applied_epoch,  # recovered: the window collapsed to [max_applied_epoch]
         oldest_accepted_epoch=snap.max_applied_epoch,
-        holders=tuple(Holder(h.owner, h.mode, h.writer_epoch, h.lease_until_ms, h.lease_ms) for h in snap.holders),
-        pending=tuple(
-            Pending(
-                p.log_offset, p.epoch, p.l0_key, p.byte_offset, p.byte_length, p.record_count, p.crc32c, p.base_offset
-            )
-            for p in snap.pending
-        ),
+        holders=tuple(Holder(*_HOLDER(h)) for h in snap.holders),
+        pending=tuple(Pending(*_PENDING(p)) for p in snap.pending),
         producers=tuple(
-            ProducerSeq(
-                p.producer_id,
-                p.last_seq,
-                tuple(ProducerBatch(b.first_seq, b.record_count, b.base_offset, b.fingerprint) for b in p.batches),
-                p.last_epoch,
-            )
+            ProducerSeq(p.producer_id, p.last_seq, tuple(ProducerBatch(*_BATCH(b)) for b in p.batches), p.last_epoch)
             for p in snap.producers
         ),
     )
