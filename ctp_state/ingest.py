@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -41,8 +40,9 @@ from ctp_state import records as records_codec
 from ctp_state import state as sm
 from ctp_state.codec import JsonObject
 from ctp_state.entries import Placeholder
-from ctp_state.errors import ConfigError, CorruptData, CtpError, KeyExists, ObjectNotFound, StoreError
+from ctp_state.errors import ConfigError, CorruptData, CtpError, ObjectNotFound, StoreError
 from ctp_state.l0 import Record
+from ctp_state.produce_marker import completed_before, mark_complete
 from ctp_state.produce_trace import InDoubt, Trace, follow, of_state
 from ctp_state.producer import PartitionWriter, Producer, Verdict, write_with_retry
 from ctp_state.records import ProduceMarker
@@ -184,23 +184,11 @@ def produce_input(
     """Produce ``records`` (in input order; ``digest`` the input's SHA-256) so that
     doing it again never duplicates."""
     report = ProduceReport(producer_id)
-    marker = layout.produce_marker(producer_id)
     # The marker says which incarnation of each topic it was written into: a topic
     # deleted and created again since holds none of those records.
     incarnations = {t: get_topic(store, t).id for t in sorted({t for t, _, _ in records})}
     report.topics = incarnations
-    try:
-        done = _read_marker(store, marker)
-        if done.digest != digest or done.records != len(records):
-            log.warning("ignoring %s: it records another input", marker)
-        elif (why := _other_incarnation(done, incarnations)) is not None:
-            log.warning("ignoring %s: %s", marker, why)
-        else:
-            report.completed_before = done
-    except ObjectNotFound:
-        pass
-    except CorruptData as e:  # only a shortcut: the partitions still know what they hold
-        log.warning("ignoring %s", e)
+    report.completed_before = completed_before(store, producer_id, digest, len(records), incarnations)
     if report.completed_before is not None:
         report.duplicates = len(records)
         on_progress(len(records))
@@ -272,50 +260,9 @@ def produce_input(
             "no completion marker written, run the same command again"
         )
     if report.complete:
-        body = codec.seal(
-            records_codec.encode(
-                ProduceMarker(
-                    producer_id=producer_id,
-                    digest=digest,
-                    records=len(records),
-                    completed_ms=int(time.time() * 1000),
-                    partitions={f"{t}/{p}": n for (t, p), n in sorted(per_partition.items())},
-                    topics=incarnations,
-                )
-            )
-        )
-        try:
-            try:
-                store.put_if_absent(marker, body)
-            except KeyExists:
-                # A concurrent run of the same input finished first, or the marker is of
-                # topics since deleted: then this one replaces it (it is only a shortcut).
-                there = _read_marker(store, marker)
-                if there.digest != digest or _other_incarnation(there, incarnations) is not None:
-                    store.put(marker, body)
-        except CtpError:
-            pass  # only a shortcut for later runs: every record is in either way
+        partitions = {f"{t}/{p}": n for (t, p), n in sorted(per_partition.items())}
+        mark_complete(store, producer_id, digest, len(records), partitions, incarnations)
     return report
-
-
-def _read_marker(store: ObjectStore, key: str) -> ProduceMarker:
-    return records_codec.decode(ProduceMarker, codec.unseal(store.get(key), key, ProduceMarker.WHAT), key)
-
-
-def _other_incarnation(marker: ProduceMarker, incarnations: dict[str, str | None]) -> str | None:
-    """Why a completion marker is about other incarnations of the topics than
-    ``incarnations`` (name -> id), or None when it is about these. A marker written
-    before incarnation ids (version 1) can only be about topics created before them."""
-    recorded = marker.topics if marker.topics is not None else dict.fromkeys(incarnations)
-    for t, tid in incarnations.items():
-        if t not in recorded:
-            return f"it does not name topic {t}"
-        if recorded[t] != tid:
-            return (
-                f"topic {t} was deleted and created again since it was written "
-                f"(incarnation {recorded[t] or 'legacy'} then, {tid or 'legacy'} now)"
-            )
-    return None
 
 
 @dataclass(frozen=True)
