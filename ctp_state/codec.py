@@ -60,13 +60,20 @@ def is_sealed(data: bytes) -> bool:
 
 def unseal(data: bytes, key: str, what: str = "record") -> JsonObject:
     """Check and decode a sealed record; raise :class:`CorruptData` naming ``key``."""
+    return loads(checked(data, key, what), key, what)
+
+
+def checked(data: bytes, key: str, what: str = "record") -> bytes:
+    """A sealed record's JSON (without its ``crc``), once its checksum is checked; raise
+    :class:`CorruptData` naming ``key``. For a reader that decodes it straight into its
+    type (see :func:`ctp_state.snapshot.decode_snapshot`)."""
     m = _trailer(data)
     if m is None:
         raise CorruptData(key, f"{what} has no checksum (it is truncated, or not a sealed record)")
     raw = data[: m.start()] + b"}"
     if crc32c(raw) != int(m.group(1), 16):
         raise CorruptData(key, f"{what} fails its CRC32C check: its bytes changed after they were written")
-    return loads(raw, key, what)
+    return raw
 
 
 def loads(data: bytes, key: str, what: str = "record") -> JsonObject:

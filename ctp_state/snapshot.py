@@ -50,18 +50,11 @@ class _PendingRow(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_f
     base_offset: Count
 
 
-class _BatchRow(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
-    first_seq: Count
-    record_count: Positive
-    base_offset: Count
-    fingerprint: Count
-
-
 class _ProducerRow(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
     producer_id: Name
     last_seq: Count
     last_epoch: Epoch
-    batches: tuple[_BatchRow, ...]
+    batches: tuple[ProducerBatch, ...]  # stored as the state holds them (a row each)
 
 
 class SnapshotV2(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,7 +87,8 @@ class SnapshotV2(msgspec.Struct, frozen=True, kw_only=True):
 #: its part of the state in the part's own order (checked by tests/formats/test_golden_bytes.py).
 _HOLDER = attrgetter(*_HolderRow.__struct_fields__)
 _PENDING = attrgetter(*_PendingRow.__struct_fields__)
-_BATCH = attrgetter(*_BatchRow.__struct_fields__)
+
+_DECODER = msgspec.json.Decoder(SnapshotV2)
 
 #: The fields a snapshot holds as the state holds them (the rest are rows, above).
 _AS_IS = tuple(f for f in SnapshotV2.__struct_fields__ if f not in ("v", "holders", "pending", "producers"))
@@ -106,10 +100,7 @@ def encode_snapshot(s: PartitionState) -> bytes:
         **{name: getattr(s, name) for name in _AS_IS},
         holders=tuple(_HolderRow(*_HOLDER(h)) for h in s.holders),
         pending=tuple(_PendingRow(*_PENDING(p)) for p in s.pending),
-        producers=tuple(
-            _ProducerRow(p.producer_id, p.last_seq, p.last_epoch, tuple(_BatchRow(*_BATCH(b)) for b in p.batches))
-            for p in s.producers
-        ),
+        producers=tuple(_ProducerRow(p.producer_id, p.last_seq, p.last_epoch, p.batches) for p in s.producers),
     )
     return codec.seal(msgspec.to_builtins(snap))
 
@@ -123,13 +114,24 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
         if b.get("v") == 1:
             raise UnsupportedVersion(key, "snapshot", 1, SUPPORTED_SNAPSHOT_VERSIONS)
         raise CorruptData(key, "snapshot has no checksum (it is truncated, or was edited)")
-    b = codec.unseal(data, key, "snapshot")
-    if b.get("v") not in SUPPORTED_SNAPSHOT_VERSIONS:
-        raise UnsupportedVersion(key, "snapshot", b.get("v"), SUPPORTED_SNAPSHOT_VERSIONS)
+    raw = codec.checked(data, key, "snapshot")
+    try:  # the common case in one pass: a well-formed snapshot of this version
+        snap = _DECODER.decode(raw)
+    except msgspec.MsgspecError:
+        snap = None
+    if snap is None or snap.v not in SUPPORTED_SNAPSHOT_VERSIONS:
+        # Anything else is read as before, step by step, for the error that names what
+        # is wrong (an unsupported version, a malformed field, JSON that does not parse).
+        b = codec.loads(raw, key, "snapshot")
+        if b.get("v") not in SUPPORTED_SNAPSHOT_VERSIONS:
+            raise UnsupportedVersion(key, "snapshot", b.get("v"), SUPPORTED_SNAPSHOT_VERSIONS)
+        try:
+            snap = msgspec.convert(b, SnapshotV2)
+        except msgspec.ValidationError as e:
+            raise CorruptData(key, f"malformed snapshot: {e}") from None
     try:
-        snap = msgspec.convert(b, SnapshotV2)
         validate.topic_name(snap.topic)
-    except (msgspec.ValidationError, ValueError) as e:
+    except ValueError as e:
         raise CorruptData(key, f"malformed snapshot: {e}") from None
     s = PartitionState(
         **{name: getattr(snap, name) for name in _AS_IS},
@@ -137,10 +139,7 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
         oldest_accepted_epoch=snap.max_applied_epoch,
         holders=tuple(Holder(*_HOLDER(h)) for h in snap.holders),
         pending=tuple(Pending(*_PENDING(p)) for p in snap.pending),
-        producers=tuple(
-            ProducerSeq(p.producer_id, p.last_seq, tuple(ProducerBatch(*_BATCH(b)) for b in p.batches), p.last_epoch)
-            for p in snap.producers
-        ),
+        producers=tuple(ProducerSeq(p.producer_id, p.last_seq, p.batches, p.last_epoch) for p in snap.producers),
     )
     problems = inconsistencies(s)
     if problems:
