@@ -145,16 +145,15 @@ class LocalStore(ObjectStore):
         # it, and is not a beginning of it, holds nothing past `after` (file or directory).
         # Dropped before the sort: a state log's directory holds every entry, and a read
         # lists only the few after the newest snapshot.
+        # (Names are compared as they come, before the UTF-8 check and the type lookup,
+        # which only the kept ones need: the per-entry cost of a long log's directory.)
         here = after[len(key_prefix) :] if after and after.startswith(key_prefix) else ""
         try:
             with os.scandir(path) as it:
-                entries = [
-                    (name + ("/" if e.is_dir(follow_symlinks=False) else ""), e)
-                    for e in it
-                    if not ((name := _utf8(key_prefix, e.name)) <= here and not here.startswith(name))
-                ]
+                kept = [e for e in it if e.name > here or here.startswith(e.name)] if here else list(it)
         except (FileNotFoundError, NotADirectoryError):
             return
+        entries = [(_utf8(key_prefix, e.name) + ("/" if e.is_dir(follow_symlinks=False) else ""), e) for e in kept]
         entries.sort(key=lambda pair: pair[0].encode())
         for sort_name, entry in entries:
             key = key_prefix + sort_name
