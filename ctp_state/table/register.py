@@ -62,7 +62,6 @@ def data_files(table_metadata: Any, footers: list[tuple[str, Footer]]) -> list[A
     from pyiceberg.io.pyarrow import (
         _check_pyarrow_schema_compatible,
         compute_statistics_plan,
-        data_file_statistics_from_parquet_metadata,
         parquet_path_to_id_mapping,
     )
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -70,6 +69,7 @@ def data_files(table_metadata: Any, footers: list[tuple[str, Footer]]) -> list[A
     schema, spec = table_metadata.schema(), table_metadata.spec()
     plan = compute_statistics_plan(schema, table_metadata.properties)
     mapping = parquet_path_to_id_mapping(schema)
+    modes = {field_id: collector.mode.type for field_id, collector in plan.items()}
     checked: list[Any] = []  # the distinct Parquet schemas seen (one, as a rule)
     out = []
     for uri, footer in footers:
@@ -78,9 +78,7 @@ def data_files(table_metadata: Any, footers: list[tuple[str, Footer]]) -> list[A
             arrow = parquet_schema.to_arrow_schema()
             _check_pyarrow_schema_compatible(schema, arrow, format_version=table_metadata.format_version)
             checked.append(parquet_schema)
-        stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=footer.metadata, stats_columns=plan, parquet_column_mapping=mapping
-        )
+        stats = _statistics(footer.metadata, plan, modes, mapping)
         out.append(
             DataFile.from_args(
                 content=DataFileContent.DATA,
@@ -96,6 +94,72 @@ def data_files(table_metadata: Any, footers: list[tuple[str, Footer]]) -> list[A
             )
         )
     return out
+
+
+def _statistics(metadata: Any, plan: dict[int, Any], modes: dict[int, Any], mapping: dict[str, int]) -> Any:
+    """pyiceberg's ``data_file_statistics_from_parquet_metadata``, step for step, with
+    each column's metrics mode looked up rather than compared as a new ``MetricsMode``
+    per column and row group (pyiceberg's singletons hash their arguments on every
+    construction: most of that function's time). ``tests/table/test_register.py`` holds
+    the two to the same result."""
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import DataFileStatistics, MetricModeTypes, StatsAggregator
+    from pyiceberg.types import DecimalType
+
+    column_sizes: dict[int, int] = {}
+    value_counts: dict[int, int] = {}
+    null_value_counts: dict[int, int] = {}
+    aggregates: dict[int, Any] = {}
+    invalid: set[int] = set()
+    split_offsets = []
+    columns = range(metadata.num_columns)
+    for r in range(metadata.num_row_groups):
+        row_group = metadata.row_group(r)
+        first = row_group.column(0)
+        data_offset, dictionary_offset = first.data_page_offset, first.dictionary_page_offset
+        split_offsets.append(
+            dictionary_offset if first.has_dictionary_page and dictionary_offset < data_offset else data_offset
+        )
+        for pos in columns:
+            column = row_group.column(pos)
+            field_id = mapping[column.path_in_schema]
+            column_sizes[field_id] = column_sizes.get(field_id, 0) + column.total_compressed_size
+            mode = modes[field_id]
+            if mode is MetricModeTypes.NONE:
+                continue
+            value_counts[field_id] = value_counts.get(field_id, 0) + column.num_values
+            if not column.is_stats_set:
+                invalid.add(field_id)
+                continue
+            statistics = column.statistics
+            if statistics.has_null_count:
+                null_value_counts[field_id] = null_value_counts.get(field_id, 0) + statistics.null_count
+            if mode is MetricModeTypes.COUNTS:
+                continue
+            collector = plan[field_id]
+            if isinstance(collector.iceberg_type, DecimalType):  # (L1 has none; pyiceberg's path for them)
+                raise ValueError(f"no statistics for decimal column {collector.column_name!r}")
+            try:
+                if field_id not in aggregates:
+                    aggregates[field_id] = StatsAggregator(
+                        collector.iceberg_type, statistics.physical_type, collector.mode.length
+                    )
+                aggregates[field_id].update_min(statistics.min)
+                aggregates[field_id].update_max(statistics.max)
+            except pa.ArrowNotImplementedError:
+                invalid.add(field_id)
+    for field_id in invalid:
+        aggregates.pop(field_id, None)
+        null_value_counts.pop(field_id, None)
+    return DataFileStatistics(
+        record_count=metadata.num_rows,
+        column_sizes=column_sizes,
+        value_counts=value_counts,
+        null_value_counts=null_value_counts,
+        nan_value_counts={},
+        column_aggregates=aggregates,
+        split_offsets=sorted(split_offsets),
+    )
 
 
 def transaction(table: Any) -> Any:

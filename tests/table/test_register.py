@@ -1,0 +1,75 @@
+"""A committed L1 file becomes the same Iceberg data file through ctp's registration
+as through pyiceberg's own ``add_files`` path: the statistics ctp computes itself
+(for speed) are pyiceberg's, field for field, whatever the metrics settings, row
+groups or nulls."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_file_to_data_file
+from pyiceberg.table.metadata import new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+
+from ctp_state import l1
+from ctp_state.storage import open_store
+from ctp_state.table import register
+from ctp_state.table.schema import iceberg_schema, partition_spec
+
+FIELDS = ("record_count", "column_sizes", "value_counts", "null_value_counts", "nan_value_counts")
+BOUNDS = (
+    "lower_bounds",
+    "upper_bounds",
+    "split_offsets",
+    "partition",
+    "file_size_in_bytes",
+    "file_path",
+    "file_format",
+)
+
+
+def l1_rows(n: int, partition: int) -> pa.Table:
+    headers = l1.SCHEMA.field("headers").type
+    return pa.table(
+        {
+            "offset": pa.array(range(100, 100 + n), pa.int64()),
+            "timestamp": pa.array(
+                [None if i % 7 == 3 else 1_700_000_000_000_000 + i for i in range(n)], pa.timestamp("us", tz="UTC")
+            ),
+            "key": pa.array([None if i % 3 == 0 else b"key-%06d-with-a-long-tail" % i for i in range(n)], pa.binary()),
+            "value": pa.array([b"v" * (i % 50) for i in range(n)], pa.binary()),
+            "headers": pa.array([[{"key": "h", "value": b"x"}] if i % 2 else [] for i in range(n)], headers),
+            "partition": pa.array([partition] * n, pa.int32()),
+        },
+        schema=l1.SCHEMA,
+    )
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [register.METRICS, {}, {"write.metadata.metrics.default": "none"}, {"write.metadata.metrics.default": "full"}],
+    ids=["ctp", "pyiceberg-default", "none", "full"],
+)
+@pytest.mark.parametrize("row_group_size", [None, 37], ids=["one-row-group", "row-groups"])
+def test_ctps_data_file_is_the_one_add_files_would_build(tmp_path, properties, row_group_size):
+    rows = l1_rows(500, 7)
+    path = tmp_path / "f.parquet"
+    if row_group_size is None:
+        path.write_bytes(l1.encode_parquet(rows, "t", 7))
+    else:
+        pq.write_table(rows, path, row_group_size=row_group_size, compression="zstd")
+    assert row_group_size is None or pq.read_metadata(path).num_row_groups > 1
+    metadata = new_table_metadata(
+        iceberg_schema(), partition_spec(), UNSORTED_SORT_ORDER, f"file://{tmp_path}/table", properties
+    )
+    store = open_store(f"file://{tmp_path}", {})
+    uri = f"file://{path}"
+
+    (ours,) = register.data_files(metadata, [(uri, register.read_footer(store, "f.parquet"))])
+    theirs = parquet_file_to_data_file(PyArrowFileIO(), metadata, uri)
+
+    for name in FIELDS + BOUNDS:
+        assert getattr(ours, name) == getattr(theirs, name), name
+    assert ours == theirs
+    assert ours.lower_bounds.get(1) is not None or properties.get("write.metadata.metrics.default") == "none"
