@@ -104,11 +104,11 @@ def open_catalog(store: ObjectStore, config: CatalogConfig, *, home: str) -> Any
                 from pyiceberg.catalog.rest import RestCatalog
 
                 return RestCatalog("ctp", uri=uri, **props)
-            from pyiceberg.catalog.sql import SqlCatalog
+            from ctp_state.table.sql_catalog import sql_catalog_class
 
             # (creates its own tables if absent: two processes doing that at once
             # collide, and the loser finds them on its next attempt)
-            return SqlCatalog("ctp", uri=uri, **props)
+            return sql_catalog_class()("ctp", uri=uri, **props)
         except ImportError as e:
             raise ConfigError(f"the Iceberg catalog needs pyiceberg with its SQL extras ({e})") from None
         except Exception as e:
