@@ -11,6 +11,7 @@ pyiceberg's own statistics functions; it appends them with a plain fast append.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,26 +60,22 @@ def read_footer(store: ObjectStore, key: str) -> Footer:
 def data_files(table_metadata: Any, footers: list[tuple[str, Footer]]) -> list[Any]:
     """pyiceberg ``DataFile``s for ``(uri, footer)`` pairs, as ``add_files`` would build
     them; raises ``ValueError`` for a file whose schema the table cannot read."""
-    from pyiceberg.io.pyarrow import (
-        _check_pyarrow_schema_compatible,
-        compute_statistics_plan,
-        parquet_path_to_id_mapping,
-    )
+    from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, compute_statistics_plan
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
     schema, spec = table_metadata.schema(), table_metadata.spec()
     plan = compute_statistics_plan(schema, table_metadata.properties)
-    mapping = parquet_path_to_id_mapping(schema)
-    modes = {field_id: collector.mode.type for field_id, collector in plan.items()}
-    checked: list[Any] = []  # the distinct Parquet schemas seen (one, as a rule)
+    columns: list[tuple[Any, list[_Column]]] = []  # per distinct Parquet schema (one, as a rule)
     out = []
     for uri, footer in footers:
         parquet_schema = footer.metadata.schema
-        if not any(parquet_schema.equals(seen) for seen in checked):
+        cols = next((c for seen, c in columns if parquet_schema.equals(seen)), None)
+        if cols is None:
             arrow = parquet_schema.to_arrow_schema()
             _check_pyarrow_schema_compatible(schema, arrow, format_version=table_metadata.format_version)
-            checked.append(parquet_schema)
-        stats = _statistics(footer.metadata, plan, modes, mapping)
+            cols = _columns(parquet_schema, schema, plan)
+            columns.append((parquet_schema, cols))
+        stats = _statistics(footer.metadata, cols)
         out.append(
             DataFile.from_args(
                 content=DataFileContent.DATA,
@@ -96,15 +93,103 @@ def data_files(table_metadata: Any, footers: list[tuple[str, Footer]]) -> list[A
     return out
 
 
-def _statistics(metadata: Any, plan: dict[int, Any], modes: dict[int, Any], mapping: dict[str, int]) -> Any:
-    """pyiceberg's ``data_file_statistics_from_parquet_metadata``, step for step, with
-    each column's metrics mode looked up rather than compared as a new ``MetricsMode``
-    per column and row group (pyiceberg's singletons hash their arguments on every
-    construction: most of that function's time). ``tests/table/test_register.py`` holds
-    the two to the same result."""
-    import pyarrow as pa
-    from pyiceberg.io.pyarrow import DataFileStatistics, MetricModeTypes, StatsAggregator
+@dataclass(frozen=True)
+class _Column:
+    """How one Parquet column's statistics are gathered: its field id, its metrics mode
+    (``none``, ``counts``, or bounds), and for bounds what aggregates them."""
+
+    field_id: int
+    counts: bool  # value and null counts
+    bounds: Callable[[str], Any] | None  # physical type -> a new aggregator
+    raw: bool  # the aggregator takes the statistics' raw (physical) values
+
+
+def _columns(parquet_schema: Any, schema: Any, plan: dict[int, Any]) -> list[_Column]:
+    """The plan for each column of one Parquet schema. A bounded column of an integer or
+    microsecond-timestamp type that the file stores as such is aggregated from its raw
+    values (what pyiceberg's aggregator ends up with, after converting each one to a
+    Python ``datetime`` and back); any other from pyiceberg's own aggregator."""
+    from pyiceberg.io.pyarrow import MetricModeTypes, StatsAggregator, parquet_path_to_id_mapping
     from pyiceberg.types import DecimalType
+
+    mapping = parquet_path_to_id_mapping(schema)
+    out = []
+    for pos in range(len(parquet_schema)):
+        column = parquet_schema.column(pos)
+        field_id = mapping[column.path]
+        collector = plan[field_id]
+        mode = collector.mode.type
+        if mode in (MetricModeTypes.NONE, MetricModeTypes.COUNTS):
+            out.append(_Column(field_id, mode is MetricModeTypes.COUNTS, None, False))
+            continue
+        if isinstance(collector.iceberg_type, DecimalType):  # (L1 has none; pyiceberg's path for them)
+            raise ValueError(f"no statistics for decimal column {collector.column_name!r}")
+        pack = _raw_packer(collector.iceberg_type, column)
+        if pack is not None:
+            out.append(_Column(field_id, True, functools.partial(_RawBounds, pack), True))
+        else:
+            t, length = collector.iceberg_type, collector.mode.length
+            out.append(_Column(field_id, True, lambda physical, t=t, n=length: StatsAggregator(t, physical, n), False))
+    return out
+
+
+def _raw_packer(iceberg_type: Any, column: Any) -> Callable[[int], bytes] | None:
+    """How to write a raw statistic of ``column`` as an Iceberg bound of ``iceberg_type``,
+    when the two agree on the value (None: they may not; pyiceberg's aggregator decides)."""
+    import json
+    import struct
+
+    from pyiceberg.types import IntegerType, LongType, TimestampType, TimestamptzType
+
+    logical = json.loads(column.logical_type.to_json())
+    kind = logical.get("Type")
+    if isinstance(iceberg_type, IntegerType) and column.physical_type == "INT32":
+        ok = kind == "None" or (kind == "Int" and logical.get("bitWidth") == 32 and logical.get("isSigned") is True)
+        return struct.Struct("<i").pack if ok else None
+    if isinstance(iceberg_type, LongType) and column.physical_type == "INT64":
+        ok = kind == "None" or (kind == "Int" and logical.get("bitWidth") == 64 and logical.get("isSigned") is True)
+        return struct.Struct("<q").pack if ok else None
+    if isinstance(iceberg_type, (TimestamptzType, TimestampType)) and column.physical_type == "INT64":
+        utc = isinstance(iceberg_type, TimestamptzType)
+        ok = kind == "Timestamp" and logical.get("timeUnit") == "microseconds" and logical.get("isAdjustedToUTC") is utc
+        return struct.Struct("<q").pack if ok else None
+    return None
+
+
+class _RawBounds:
+    """Lower and upper bounds of raw integer statistics, in the interface of pyiceberg's
+    ``StatsAggregator`` that its ``DataFileStatistics`` reads."""
+
+    __slots__ = ("_pack", "current_max", "current_min")
+
+    def __init__(self, pack: Callable[[int], bytes], physical_type: str):
+        self._pack = pack
+        self.current_min: int | None = None
+        self.current_max: int | None = None
+
+    def update_min(self, value: int) -> None:
+        if self.current_min is None or value < self.current_min:
+            self.current_min = value
+
+    def update_max(self, value: int) -> None:
+        if self.current_max is None or value > self.current_max:
+            self.current_max = value
+
+    def min_as_bytes(self) -> bytes | None:
+        return None if self.current_min is None else self._pack(self.current_min)
+
+    def max_as_bytes(self) -> bytes | None:
+        return None if self.current_max is None else self._pack(self.current_max)
+
+
+def _statistics(metadata: Any, columns: list[_Column]) -> Any:
+    """pyiceberg's ``data_file_statistics_from_parquet_metadata``, step for step, from a
+    plan made once per Parquet schema (:func:`_columns`): pyiceberg builds a
+    ``MetricsMode`` singleton per column and row group, hashing its arguments each
+    time, and turns every timestamp bound into a ``datetime`` and back.
+    ``tests/table/test_register.py`` holds the two to the same result."""
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import DataFileStatistics
 
     column_sizes: dict[int, int] = {}
     value_counts: dict[int, int] = {}
@@ -112,7 +197,6 @@ def _statistics(metadata: Any, plan: dict[int, Any], modes: dict[int, Any], mapp
     aggregates: dict[int, Any] = {}
     invalid: set[int] = set()
     split_offsets = []
-    columns = range(metadata.num_columns)
     for r in range(metadata.num_row_groups):
         row_group = metadata.row_group(r)
         first = row_group.column(0)
@@ -120,12 +204,11 @@ def _statistics(metadata: Any, plan: dict[int, Any], modes: dict[int, Any], mapp
         split_offsets.append(
             dictionary_offset if first.has_dictionary_page and dictionary_offset < data_offset else data_offset
         )
-        for pos in columns:
+        for pos, col in enumerate(columns):
             column = row_group.column(pos)
-            field_id = mapping[column.path_in_schema]
+            field_id = col.field_id
             column_sizes[field_id] = column_sizes.get(field_id, 0) + column.total_compressed_size
-            mode = modes[field_id]
-            if mode is MetricModeTypes.NONE:
+            if not col.counts:
                 continue
             value_counts[field_id] = value_counts.get(field_id, 0) + column.num_values
             if not column.is_stats_set:
@@ -134,18 +217,19 @@ def _statistics(metadata: Any, plan: dict[int, Any], modes: dict[int, Any], mapp
             statistics = column.statistics
             if statistics.has_null_count:
                 null_value_counts[field_id] = null_value_counts.get(field_id, 0) + statistics.null_count
-            if mode is MetricModeTypes.COUNTS:
+            if col.bounds is None:
                 continue
-            collector = plan[field_id]
-            if isinstance(collector.iceberg_type, DecimalType):  # (L1 has none; pyiceberg's path for them)
-                raise ValueError(f"no statistics for decimal column {collector.column_name!r}")
             try:
-                if field_id not in aggregates:
-                    aggregates[field_id] = StatsAggregator(
-                        collector.iceberg_type, statistics.physical_type, collector.mode.length
-                    )
-                aggregates[field_id].update_min(statistics.min)
-                aggregates[field_id].update_max(statistics.max)
+                agg = aggregates.get(field_id)
+                if agg is None:
+                    agg = aggregates[field_id] = col.bounds(statistics.physical_type)
+                if col.raw:
+                    if statistics.has_min_max:
+                        agg.update_min(statistics.min_raw)
+                        agg.update_max(statistics.max_raw)
+                else:
+                    agg.update_min(statistics.min)
+                    agg.update_max(statistics.max)
             except pa.ArrowNotImplementedError:
                 invalid.add(field_id)
     for field_id in invalid:

@@ -46,20 +46,27 @@ def l1_rows(n: int, partition: int) -> pa.Table:
     )
 
 
+WRITERS = {
+    "l1": lambda rows, path: path.write_bytes(l1.encode_parquet(rows, "t", 7)),
+    "row-groups": lambda rows, path: pq.write_table(rows, path, row_group_size=37, compression="zstd"),
+    # bounds pyiceberg's own aggregator computes (ctp reads raw microseconds only)
+    "millisecond-timestamps": lambda rows, path: pq.write_table(
+        rows, path, coerce_timestamps="ms", allow_truncated_timestamps=True
+    ),
+}
+
+
 @pytest.mark.parametrize(
     "properties",
     [register.METRICS, {}, {"write.metadata.metrics.default": "none"}, {"write.metadata.metrics.default": "full"}],
     ids=["ctp", "pyiceberg-default", "none", "full"],
 )
-@pytest.mark.parametrize("row_group_size", [None, 37], ids=["one-row-group", "row-groups"])
-def test_ctps_data_file_is_the_one_add_files_would_build(tmp_path, properties, row_group_size):
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_ctps_data_file_is_the_one_add_files_would_build(tmp_path, properties, writer):
     rows = l1_rows(500, 7)
     path = tmp_path / "f.parquet"
-    if row_group_size is None:
-        path.write_bytes(l1.encode_parquet(rows, "t", 7))
-    else:
-        pq.write_table(rows, path, row_group_size=row_group_size, compression="zstd")
-    assert row_group_size is None or pq.read_metadata(path).num_row_groups > 1
+    WRITERS[writer](rows, path)
+    assert writer != "row-groups" or pq.read_metadata(path).num_row_groups > 1
     metadata = new_table_metadata(
         iceberg_schema(), partition_spec(), UNSORTED_SORT_ORDER, f"file://{tmp_path}/table", properties
     )
