@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from ctp_state.errors import InvalidKey
+from ctp_state.errors import InvalidKey, ObjectNotFound, StoreError
 
 #: S3 rejects a DeleteObjects request of more than 1000 keys; moto does not, so the
 #: limit is enforced here.
@@ -74,6 +74,18 @@ class ObjectStore(ABC):
     @abstractmethod
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """Return ``length`` bytes from ``start`` (fewer only at the end of the object)."""
+
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        """The last ``length`` bytes of the object (all of it when shorter) and its size;
+        raise :class:`ObjectNotFound` if it is absent. One request where the store can
+        (a Parquet footer is read this way); here, a HEAD and a ranged GET."""
+        if length <= 0:
+            raise StoreError(f"invalid tail length {length} for {key!r}")
+        info = self.head(key)
+        if info is None:
+            raise ObjectNotFound(key)
+        start = max(0, info.size - length)
+        return self.get_range(key, start, info.size - start), info.size
 
     @abstractmethod
     def put(self, key: str, data: bytes) -> None:

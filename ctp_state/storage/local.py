@@ -60,6 +60,17 @@ class LocalStore(ObjectStore):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ObjectNotFound(key) from None
 
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        if length <= 0:
+            raise StoreError(f"invalid tail length {length} for {key!r}")
+        try:
+            with open(self._path(key), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(0, size - length))
+                return f.read(length), size
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise ObjectNotFound(key) from None
+
     def head(self, key: str) -> ObjectInfo | None:
         try:
             st = os.stat(self._path(key))

@@ -82,6 +82,24 @@ class S3Store(ObjectStore):
                 return b""
             raise self._fail("ranged GET", key, e) from None
 
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        if length <= 0:
+            raise StoreError(f"invalid tail length {length} for {key!r}")
+        try:  # a suffix range: the object's size comes back in Content-Range
+            resp = self._s3.get_object(Bucket=self.bucket, Key=self._k(key), Range=f"bytes=-{length}")
+            data: bytes = resp["Body"].read()
+        except self._ClientError as e:
+            code = self._code(e)
+            if code in ("NoSuchKey", "404", "NotFound"):
+                raise ObjectNotFound(key) from None
+            if code == "InvalidRange":  # an empty object has no last bytes
+                return super().get_tail(key, length)
+            raise self._fail("ranged GET", key, e) from None
+        total = (resp.get("ContentRange") or "").rpartition("/")[2]
+        if not total.isdigit():  # the whole object came back (a server that ignored the range)
+            return data[-length:], len(data)
+        return data, int(total)
+
     def head(self, key: str) -> ObjectInfo | None:
         try:
             r = self._s3.head_object(Bucket=self.bucket, Key=self._k(key))

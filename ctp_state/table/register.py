@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ctp_state.errors import CorruptData, ObjectNotFound
+from ctp_state.errors import CorruptData
 from ctp_state.storage import ObjectStore
 
 #: Table properties: column statistics in the manifests for the columns readers prune
@@ -44,17 +44,27 @@ class Footer:
         return (meta.get(b"ctp.format_version") or b"1").decode()
 
 
+#: How much of a file's end one read takes: an L1 footer is a few KiB, so one read holds
+#: it (a larger one takes a second read, of exactly its length).
+FOOTER_READ = 64 * 1024
+
+
 def read_footer(store: ObjectStore, key: str) -> Footer:
-    """The footer of the Parquet file ``key`` (two ranged GETs)."""
+    """The footer of the Parquet file ``key``: one read of the file's end (a suffix-ranged
+    GET on S3), a second only for a footer longer than :data:`FOOTER_READ`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    f = _RangeFile(store, key)
+    tail, size = store.get_tail(key, FOOTER_READ)
+    # A Parquet file ends with its footer's length (4 bytes, little-endian) and "PAR1".
+    need = int.from_bytes(tail[-8:-4], "little") + 8 if len(tail) >= 8 else 0
+    if len(tail) < need <= size:
+        tail = store.get_range(key, size - need, need)
     try:
-        meta = pq.read_metadata(pa.PythonFile(f, mode="r"))
+        meta = pq.read_metadata(pa.BufferReader(tail))
     except (OSError, pa.ArrowException) as e:
         raise CorruptData(key, f"L1 file's footer does not read: {e}") from None
-    return Footer(key, f.size, meta)
+    return Footer(key, size, meta)
 
 
 def data_files(table_metadata: Any, footers: list[tuple[str, Footer]]) -> list[Any]:
@@ -287,41 +297,3 @@ def append(tx: Any, files: list[Any], snapshot_properties: dict[str, str]) -> No
     with tx.update_snapshot(snapshot_properties=snapshot_properties).fast_append() as fast:
         for f in files:
             fast.append_data_file(f)
-
-
-class _RangeFile:
-    """A read-only file over one store object, fetched by ranges (for Parquet footers)."""
-
-    def __init__(self, store: ObjectStore, key: str):
-        info = store.head(key)
-        if info is None:
-            raise ObjectNotFound(key)
-        self.store, self.key, self.size, self.pos = store, key, info.size, 0
-        self.closed = False
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
-        if n <= 0:
-            return b""
-        data = self.store.get_range(self.key, self.pos, n)
-        self.pos += len(data)
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        self.closed = True

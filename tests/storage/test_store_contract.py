@@ -58,6 +58,17 @@ def test_get_range(store: ObjectStore):
     assert store.get_range("r", 0, 0) == b""
 
 
+def test_get_tail_returns_the_last_bytes_and_the_size(store: ObjectStore):
+    store.put("r", bytes(range(100)))
+    assert store.get_tail("r", 10) == (bytes(range(90, 100)), 100)
+    assert store.get_tail("r", 1000) == (bytes(range(100)), 100)  # all of it when shorter
+    store.put("empty", b"")
+    assert store.get_tail("empty", 10) == (b"", 0)
+    with pytest.raises(ObjectNotFound) as e:
+        store.get_tail("nope/x", 10)
+    assert e.value.key == "nope/x"
+
+
 def test_put_if_absent_creates_once(store: ObjectStore):
     store.put_if_absent("log/0", b"first")
     with pytest.raises(KeyExists) as e:

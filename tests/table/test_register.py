@@ -13,6 +13,7 @@ from pyiceberg.table.metadata import new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
 from ctp_state import l1
+from ctp_state.errors import CorruptData
 from ctp_state.storage import open_store
 from ctp_state.table import register
 from ctp_state.table.schema import iceberg_schema, partition_spec
@@ -80,3 +81,18 @@ def test_ctps_data_file_is_the_one_add_files_would_build(tmp_path, properties, w
         assert getattr(ours, name) == getattr(theirs, name), name
     assert ours == theirs
     assert ours.lower_bounds.get(1) is not None or properties.get("write.metadata.metrics.default") == "none"
+
+
+def test_a_footer_longer_than_one_read_is_read_whole_and_a_cut_file_is_refused(tmp_path):
+    store = open_store(f"file://{tmp_path}", {})
+    path = tmp_path / "f.parquet"
+    pq.write_table(l1_rows(3000, 2), path, row_group_size=10)  # 300 row groups: a long footer
+    whole = pq.read_metadata(path)
+    assert whole.serialized_size > register.FOOTER_READ
+
+    footer = register.read_footer(store, "f.parquet")
+    assert footer.metadata.equals(whole) and footer.size == path.stat().st_size
+
+    store.put("cut.parquet", path.read_bytes()[:-100])
+    with pytest.raises(CorruptData, match="'cut.parquet': L1 file's footer does not read"):
+        register.read_footer(store, "cut.parquet")
