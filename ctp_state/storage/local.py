@@ -157,11 +157,14 @@ class LocalStore(ObjectStore):
         # Dropped before the sort: a state log's directory holds every entry, and a read
         # lists only the few after the newest snapshot.
         # (Names are compared as they come, before the UTF-8 check and the type lookup,
-        # which only the kept ones need: the per-entry cost of a long log's directory.)
+        # which only the kept ones need: the per-entry cost of a long log's directory. The
+        # beginnings of `here` a name can be are those of its first part, as a set.)
         here = after[len(key_prefix) :] if after and after.startswith(key_prefix) else ""
+        first = here.partition("/")[0]
+        beginnings = {first[:i] for i in range(1, len(first) + 1)}
         try:
             with os.scandir(path) as it:
-                kept = [e for e in it if e.name > here or here.startswith(e.name)] if here else list(it)
+                kept = [e for e in it if e.name > here or e.name in beginnings] if here else list(it)
         except (FileNotFoundError, NotADirectoryError):
             return
         entries = [(_utf8(key_prefix, e.name) + ("/" if e.is_dir(follow_symlinks=False) else ""), e) for e in kept]

@@ -60,3 +60,15 @@ def test_reading_a_healthy_growing_log_never_reports_it_corrupt(tmp_path):
     n = sum(1 for _ in store.list(f"logs/{space(store)}/000000/"))
     assert plog(store, "t", 0, write_snapshots=False).read_state().applied_offset == n - 1  # it is healthy
     assert not errors, f"a healthy log of {n} entries was reported corrupt: {errors[0]}"
+
+
+def test_a_listing_resumed_inside_a_directory_keeps_the_shorter_named_directories_that_sort_after_it(tmp_path):
+    """'-' sorts before '/': resumed after 'p/ab-c/y', the keys still to come are
+    'p/ab-c/z' and then 'p/ab/x', whose directory 'ab' sorts before 'ab-c' by name.
+    A walk that drops every child named at or before the resume point, except the one
+    it lies in, loses 'p/ab/x'."""
+    store = open_store(f"file://{tmp_path}/store", {"CTP_FSYNC": "0"})
+    for key in ("p/a/w", "p/ab/x", "p/ab-c/y", "p/ab-c/z", "p/ab.d", "p/aa/v"):
+        store.put(key, b"1")
+    listed = [o.key for o in store.list("p/", start_after="p/ab-c/y")]
+    assert listed == ["p/ab-c/z", "p/ab.d", "p/ab/x"]
