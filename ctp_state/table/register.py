@@ -119,7 +119,7 @@ def _columns(parquet_schema: Any, schema: Any, plan: dict[int, Any]) -> list[_Co
     microsecond-timestamp type that the file stores as such is aggregated from its raw
     values (what pyiceberg's aggregator ends up with, after converting each one to a
     Python ``datetime`` and back); any other from pyiceberg's own aggregator."""
-    from pyiceberg.io.pyarrow import MetricModeTypes, StatsAggregator, parquet_path_to_id_mapping
+    from pyiceberg.io.pyarrow import MetricModeTypes, parquet_path_to_id_mapping
     from pyiceberg.types import DecimalType
 
     mapping = parquet_path_to_id_mapping(schema)
@@ -138,8 +138,7 @@ def _columns(parquet_schema: Any, schema: Any, plan: dict[int, Any]) -> list[_Co
         if pack is not None:
             out.append(_Column(field_id, True, functools.partial(_RawBounds, pack), True))
         else:
-            t, length = collector.iceberg_type, collector.mode.length
-            out.append(_Column(field_id, True, lambda physical, t=t, n=length: StatsAggregator(t, physical, n), False))
+            out.append(_Column(field_id, True, functools.partial(_aggregator, collector), False))
     return out
 
 
@@ -164,6 +163,12 @@ def _raw_packer(iceberg_type: Any, column: Any) -> Callable[[int], bytes] | None
         ok = kind == "Timestamp" and logical.get("timeUnit") == "microseconds" and logical.get("isAdjustedToUTC") is utc
         return struct.Struct("<q").pack if ok else None
     return None
+
+
+def _aggregator(collector: Any, physical_type: str) -> Any:
+    from pyiceberg.io.pyarrow import StatsAggregator
+
+    return StatsAggregator(collector.iceberg_type, physical_type, collector.mode.length)
 
 
 class _RawBounds:

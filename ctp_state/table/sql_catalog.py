@@ -57,7 +57,7 @@ def _build() -> type:
             name = Catalog.table_name_from(ident)
             staged = self._update_and_stage_table(table, ident, requirements, updates)
             if staged.metadata == table.metadata:  # nothing to change
-                return CommitTableResponse(metadata=table.metadata, metadata_location=table.metadata_location)
+                return CommitTableResponse(metadata=table.metadata, metadata_location=table.metadata_location)  # type: ignore[call-arg]  # (as pyiceberg calls it: by field name)
             self._write_metadata(metadata=staged.metadata, io=staged.io, metadata_path=staged.metadata_location)
             with Session(self.engine) as session:
                 result = session.execute(
@@ -72,9 +72,9 @@ def _build() -> type:
                         metadata_location=staged.metadata_location, previous_metadata_location=table.metadata_location
                     )
                 )
-                if result.rowcount < 1:
+                if getattr(result, "rowcount", 0) < 1:  # (a CursorResult's: the rows the UPDATE changed)
                     raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
                 session.commit()
-            return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+            return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)  # type: ignore[call-arg]
 
     return CtpSqlCatalog
