@@ -16,7 +16,7 @@ import msgspec
 from ctp_state import codec, layout, validate
 from ctp_state.entries import AccessMode, Count, Epoch, Name, Positive
 from ctp_state.errors import CorruptData, UnsupportedVersion
-from ctp_state.state import Holder, PartitionState, Pending, ProducerBatch, ProducerSeq
+from ctp_state.state import Holder, PartitionState, Pending, ProducerSeq
 from ctp_state.window import recover
 
 SNAPSHOT_VERSION = 2
@@ -50,13 +50,6 @@ class _PendingRow(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_f
     base_offset: Count
 
 
-class _ProducerRow(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
-    producer_id: Name
-    last_seq: Count
-    last_epoch: Epoch
-    batches: tuple[ProducerBatch, ...]  # stored as the state holds them (a row each)
-
-
 class SnapshotV2(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot as stored (sealed JSON; see :mod:`ctp_state.codec`)."""
 
@@ -80,7 +73,7 @@ class SnapshotV2(msgspec.Struct, frozen=True, kw_only=True):
     pending: tuple[_PendingRow, ...]
     l1_ends: tuple[Count, ...]
     l1_crcs: tuple[Count | None, ...]
-    producers: tuple[_ProducerRow, ...]
+    producers: tuple[ProducerSeq, ...]  # stored as the state holds them (a row each)
 
 
 #: A row's items, read off a state's part or a row alike: each row lists the fields of
@@ -91,7 +84,7 @@ _PENDING = attrgetter(*_PendingRow.__struct_fields__)
 _DECODER = msgspec.json.Decoder(SnapshotV2)
 
 #: The fields a snapshot holds as the state holds them (the rest are rows, above).
-_AS_IS = tuple(f for f in SnapshotV2.__struct_fields__ if f not in ("v", "holders", "pending", "producers"))
+_AS_IS = tuple(f for f in SnapshotV2.__struct_fields__ if f not in ("v", "holders", "pending"))
 
 
 def encode_snapshot(s: PartitionState) -> bytes:
@@ -100,7 +93,6 @@ def encode_snapshot(s: PartitionState) -> bytes:
         **{name: getattr(s, name) for name in _AS_IS},
         holders=tuple(_HolderRow(*_HOLDER(h)) for h in s.holders),
         pending=tuple(_PendingRow(*_PENDING(p)) for p in s.pending),
-        producers=tuple(_ProducerRow(p.producer_id, p.last_seq, p.last_epoch, p.batches) for p in s.producers),
     )
     return codec.seal(msgspec.to_builtins(snap))
 
@@ -139,7 +131,6 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
         oldest_accepted_epoch=snap.max_applied_epoch,
         holders=tuple(Holder(*_HOLDER(h)) for h in snap.holders),
         pending=tuple(Pending(*_PENDING(p)) for p in snap.pending),
-        producers=tuple(ProducerSeq(p.producer_id, p.last_seq, p.batches, p.last_epoch) for p in snap.producers),
     )
     problems = inconsistencies(s)
     if problems:

@@ -35,7 +35,9 @@ from ctp_state.entries import (
     Claim,
     Count,
     Entry,
+    Epoch,
     Init,
+    Name,
     Placeholder,
     Positive,
     Reconcile,
@@ -118,14 +120,14 @@ class ProducerBatch(msgspec.Struct, frozen=True, array_like=True, forbid_unknown
         return self.first_seq + self.record_count - 1
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerSeq:
-    """R8: what a partition remembers of one idempotent producer."""
+class ProducerSeq(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
+    """R8: what a partition remembers of one idempotent producer (a struct stored as it
+    is, a snapshot's row, as :class:`ProducerBatch`)."""
 
-    producer_id: str
-    last_seq: int  # sequence number of the last record applied
+    producer_id: Name
+    last_seq: Count  # sequence number of the last record applied
+    last_epoch: Epoch  # epoch of its last applied placeholder: how long it is remembered
     batches: tuple[ProducerBatch, ...]  # its newest batches, oldest first
-    last_epoch: int = 0  # epoch of its last applied placeholder: how long it is remembered
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,7 +441,7 @@ def _remember(
     ``max_applied_epoch`` the partition's applied epoch after it."""
     batch = ProducerBatch(e.sequence, e.record_count, base, e.fingerprint)  # type: ignore[arg-type]
     batches = ((known.batches if known else ()) + (batch,))[-PRODUCER_BATCHES:]
-    entry = ProducerSeq(e.producer_id, batch.last_seq, batches, e.epoch)  # type: ignore[arg-type]
+    entry = ProducerSeq(e.producer_id, batch.last_seq, e.epoch, batches)  # type: ignore[arg-type]
     table = tuple(p for p in producers if p.producer_id != e.producer_id) + (entry,)
     if len(table) > MAX_PRODUCERS:
         # Forget the least recently written first, but only producers quiet for longer
