@@ -52,12 +52,21 @@ def _build() -> type:
             loaded = isinstance(table, Table) and not isinstance(table, StagedTable) and table.metadata_location
             if not loaded or not self.engine.dialect.supports_sane_rowcount:
                 return super().commit_table(table, requirements, updates)
+            # The base, read as a pair: a Table shared by threads is moved on by each commit
+            # through it (pyiceberg sets its metadata, then its location), and a torn read
+            # would pair this commit's metadata with another's location: the UPDATE would
+            # then land on a head the commit was not made from. Read until both hold still.
+            while True:
+                base_metadata, base_location = table.metadata, table.metadata_location
+                if table.metadata is base_metadata and table.metadata_location == base_location:
+                    break
+            base = Table(table.name(), base_metadata, base_location, table.io, self)
             ident = table.name()
             namespace = Catalog.namespace_to_string(Catalog.namespace_from(ident))
             name = Catalog.table_name_from(ident)
-            staged = self._update_and_stage_table(table, ident, requirements, updates)
-            if staged.metadata == table.metadata:  # nothing to change
-                return CommitTableResponse(metadata=table.metadata, metadata_location=table.metadata_location)  # type: ignore[call-arg]  # (as pyiceberg calls it: by field name)
+            staged = self._update_and_stage_table(base, ident, requirements, updates)
+            if staged.metadata == base_metadata:  # nothing to change
+                return CommitTableResponse(metadata=base_metadata, metadata_location=base_location)  # type: ignore[call-arg]  # (as pyiceberg calls it: by field name)
             self._write_metadata(metadata=staged.metadata, io=staged.io, metadata_path=staged.metadata_location)
             with Session(self.engine) as session:
                 result = session.execute(
@@ -66,11 +75,9 @@ def _build() -> type:
                         IcebergTables.catalog_name == self.name,
                         IcebergTables.table_namespace == namespace,
                         IcebergTables.table_name == name,
-                        IcebergTables.metadata_location == table.metadata_location,
+                        IcebergTables.metadata_location == base_location,
                     )
-                    .values(
-                        metadata_location=staged.metadata_location, previous_metadata_location=table.metadata_location
-                    )
+                    .values(metadata_location=staged.metadata_location, previous_metadata_location=base_location)
                 )
                 if getattr(result, "rowcount", 0) < 1:  # (a CursorResult's: the rows the UPDATE changed)
                     raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")

@@ -46,3 +46,55 @@ def test_a_current_tables_commit_does_not_load_it_again(store, catalogs, tmp_pat
     now = catalog.load_table(IDENT)
     assert (now.properties.get("a"), now.properties.get("b")) == ("1", "2")
     assert now.metadata_location == table.metadata_location
+
+
+def test_two_commits_through_one_shared_table_never_land_one_on_the_others_head(catalogs, tmp_path):
+    """Found by review: B makes its commit from the shared table's metadata; while B
+    writes its metadata file, A's commit through the same table object lands and moves
+    the object on. B must fail (its base is gone), not land on A's head and drop A's
+    append."""
+    import threading
+
+    import pyarrow as pa
+
+    from ctp_state.table.sql_catalog import sql_catalog_class
+
+    catalog = sql_catalog_class()("c", uri=catalogs.uri, warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace_if_not_exists("ns")
+    schema = pa.schema([pa.field("x", pa.int64())])
+    catalog.create_table(("ns", "t"), schema=schema, properties={"commit.retry.num-retries": "0"})
+    shared = catalog.load_table(("ns", "t"))
+    shared.append(pa.table({"x": [0]}, schema=schema))
+    b_writing, a_done = threading.Event(), threading.Event()
+    write_metadata = catalog._write_metadata
+
+    def b_waits_for_a(*args, **kwargs):
+        if threading.current_thread().name == "B":
+            b_writing.set()
+            assert a_done.wait(20)
+        return write_metadata(*args, **kwargs)
+
+    catalog._write_metadata = b_waits_for_a
+    outcome: dict[str, str] = {}
+
+    def append(name: str, value: int) -> None:
+        try:
+            if name == "A":
+                assert b_writing.wait(20)
+            shared.append(pa.table({"x": [value]}, schema=schema))
+            outcome[name] = "committed"
+        except CommitFailedException:
+            outcome[name] = "refused"
+        finally:
+            if name == "A":
+                a_done.set()
+
+    threads = [threading.Thread(target=append, args=(n, v), name=n) for n, v in (("B", 2), ("A", 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert outcome == {"A": "committed", "B": "refused"}
+    rows = sql_catalog_class()("c", uri=catalogs.uri).load_table(("ns", "t")).scan().to_arrow().column("x")
+    assert sorted(rows.to_pylist()) == [0, 1]
