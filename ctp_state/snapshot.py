@@ -108,8 +108,9 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
         raise CorruptData(key, "snapshot has no checksum (it is truncated, or was edited)")
     raw = codec.checked(data, key, "snapshot")
     try:  # the common case in one pass: a well-formed snapshot of this version
+        raw.decode()  # (msgspec skips unknown members unchecked: the whole record must be UTF-8)
         snap = _DECODER.decode(raw)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, UnicodeError):
         snap = None
     if snap is None or snap.v not in SUPPORTED_SNAPSHOT_VERSIONS:
         # Anything else is read as before, step by step, for the error that names what
@@ -119,7 +120,7 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
             raise UnsupportedVersion(key, "snapshot", b.get("v"), SUPPORTED_SNAPSHOT_VERSIONS)
         try:
             snap = msgspec.convert(b, SnapshotV2)
-        except msgspec.ValidationError as e:
+        except (msgspec.ValidationError, ValueError) as e:  # (a lone surrogate: UnicodeEncodeError)
             raise CorruptData(key, f"malformed snapshot: {e}") from None
     try:
         validate.topic_name(snap.topic)

@@ -135,6 +135,67 @@ def test_an_entry_with_a_lone_surrogate_where_a_number_belongs_is_corrupt_data()
         en.decode(data, "logs/t/000000/5.json")
 
 
+def test_an_entry_with_a_number_past_pythons_digit_limit_is_corrupt_data():
+    """Not the ValueError json.loads raises past 4,300 digits: callers catch CorruptData."""
+    data = _seal_bytes(b'{"at_ms":' + b"9" * 5000 + b',"kind":"seal","v":2}')
+    with pytest.raises(CorruptData, match="not valid JSON"):
+        en.decode(data, "logs/t/000000/5.json")
+
+
+def _seal_bytes(raw: bytes) -> bytes:
+    """A sealed record of exactly these JSON bytes (``codec.seal`` would re-encode them)."""
+    from ctp_state import codec
+
+    return raw[:-1] + b',"crc":"%08x"}' % codec.crc32c(raw)
+
+
+def _json_of(name: str) -> bytes:
+    from ctp_state import codec
+
+    return codec.checked(_golden("snapshots.jsonl")[name], "k")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: raw.replace(b'"topic":"t"', b'"topic":"t\xff"'),  # not UTF-8, in a field
+        lambda raw: raw.replace(b'["p-1",', b'["p-1\xff",'),  # in a producer id
+        lambda raw: raw[:-1] + b',"zz":"\xff"}',  # in a member this ctp does not know
+        lambda raw: raw.replace(b'"topic_id"', b'"\xffopic_id"'),  # a field's name
+        lambda raw: raw.replace(b'"v":2', b'"v":2,"\xff":1'),  # a member's name
+        lambda raw: raw.replace(b'"partition":0', b'"partition":' + b"9" * 5000),  # past Python's digit limit
+    ],
+    ids=["field", "producer-id", "unknown-member", "field-name", "member-name", "huge-number"],
+)
+def test_a_snapshot_with_bytes_that_are_not_utf8_or_a_huge_number_is_corrupt_data(damage):
+    """Found by an attack review of the one-pass snapshot decoder: msgspec raised
+    UnicodeDecodeError (which stops read_state) for bad UTF-8 in a field, and skipped an
+    unknown member or a damaged field name without checking it (a sealed snapshot then
+    read as not sealed). A snapshot whose JSON is not UTF-8 is set aside, as before."""
+    raw = _json_of("busy")
+    assert damage(raw) != raw
+    data = _seal_bytes(damage(raw))
+    with pytest.raises(CorruptData):
+        snapshot.decode_snapshot(data, "snapshots/t/busy.json")
+
+
+def test_a_sealed_snapshot_whose_sealed_flag_name_is_damaged_is_corrupt_data_not_unsealed():
+    raw = _json_of("sealed")
+    assert b'"sealed":true' in raw
+    data = _seal_bytes(raw.replace(b'"sealed"', b'"se\xffled"'))
+    with pytest.raises(CorruptData):
+        snapshot.decode_snapshot(data, "snapshots/t/sealed.json")
+
+
+def test_a_snapshot_with_a_lone_surrogate_escaped_in_a_name_or_a_mode_is_corrupt_data():
+    from ctp_state import codec
+
+    body = codec.unseal(_golden("snapshots.jsonl")["busy"], "k")
+    for changed in ({**body, "x\ud800": 1}, {**body, "holders": [["rec", "\ud800", 2, 95000, 93000]]}):
+        with pytest.raises(CorruptData):
+            snapshot.decode_snapshot(codec.seal(changed), "snapshots/t/busy.json")
+
+
 def write_golden() -> None:  # pragma: no cover - run by hand when a format version changes
     for name, values, enc in (
         ("entries.jsonl", golden_entries(), en.encode),
