@@ -202,7 +202,10 @@ def _statistics(metadata: Any, columns: list[_Column]) -> Any:
     plan made once per Parquet schema (:func:`_columns`): pyiceberg builds a
     ``MetricsMode`` singleton per column and row group, hashing its arguments each
     time, and turns every timestamp bound into a ``datetime`` and back.
-    ``tests/table/test_register.py`` holds the two to the same result."""
+    ``tests/table/test_register.py`` holds the two to the same result for every file
+    pyiceberg can describe; a timestamp past Python's datetimes (year 10000, which L1
+    admits) stops pyiceberg with an ``OverflowError``, where ctp writes the bound Iceberg
+    defines, the microsecond count."""
     import pyarrow as pa
     from pyiceberg.io.pyarrow import DataFileStatistics
 

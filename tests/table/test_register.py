@@ -96,3 +96,29 @@ def test_a_footer_longer_than_one_read_is_read_whole_and_a_cut_file_is_refused(t
     store.put("cut.parquet", path.read_bytes()[:-100])
     with pytest.raises(CorruptData, match="'cut.parquet': L1 file's footer does not read"):
         register.read_footer(store, "cut.parquet")
+
+
+@pytest.mark.parametrize(
+    "micros", [253_402_300_800_000_000, -62_135_596_800_000_001], ids=["year-10000", "before-year-1"]
+)
+def test_a_timestamp_past_pythons_datetimes_gets_its_raw_bound_where_pyiceberg_stops(tmp_path, micros):
+    """L1 admits any millisecond whose microseconds fit an int64; pyiceberg turns each
+    bound into a Python datetime and fails past year 9999 (a publish that could never
+    finish). Iceberg's bound is the microsecond count itself, which ctp writes."""
+    import struct
+
+    rows = l1_rows(2, 7).set_column(
+        1, "timestamp", pa.array([micros, 1_700_000_000_000_000], pa.timestamp("us", tz="UTC"))
+    )
+    (tmp_path / "f.parquet").write_bytes(l1.encode_parquet(rows, "t", 7))
+    metadata = new_table_metadata(
+        iceberg_schema(), partition_spec(), UNSORTED_SORT_ORDER, f"file://{tmp_path}/table", register.METRICS
+    )
+    store = open_store(f"file://{tmp_path}", {})
+    uri = f"file://{tmp_path}/f.parquet"
+    with pytest.raises(OverflowError):
+        parquet_file_to_data_file(PyArrowFileIO(), metadata, uri)
+
+    (ours,) = register.data_files(metadata, [(uri, register.read_footer(store, "f.parquet"))])
+    low, high = sorted([micros, 1_700_000_000_000_000])
+    assert (ours.lower_bounds[2], ours.upper_bounds[2]) == (struct.pack("<q", low), struct.pack("<q", high))
