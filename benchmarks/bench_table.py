@@ -10,9 +10,12 @@ reading through the table costs against reading the same files directly. JSON.
   only reconciles and a round that reconciles and then publishes (a round that only
   reconciles is followed by an untimed publish, so every round finds the table caught
   up). Reports each path's median seconds, ``ratio_publish_overhead`` =
-  median(reconcile+publish) / median(reconcile) - 1 (the target is <= 0.05), and
-  ``ratio_publish_to_reconcile_median``: publish / reconcile within each round, free of
-  round-to-round noise. Session start-up, worker warm-up, the first publish of the
+  median(reconcile+publish) / median(reconcile) - 1, and
+  ``ratio_publish_to_reconcile_median``: publish / reconcile within each round, the
+  figure the target (<= 0.05) is judged by. The whole-run ratio compares reconciles of
+  different rounds, whose own spread (about 10 % on 2 cores) is larger than the publish:
+  over four runs on 2026-11-26 it read 0.025, 0.031, 0.037 and 0.099 while the publish
+  itself changed by a few milliseconds. Session start-up, worker warm-up, the first publish of the
   process (pyiceberg's imports) and the topic's first publish (it creates the table) are
   reported apart, not counted.
 - partitions: for N in ``--partitions``, a topic of N partitions with a few records in
