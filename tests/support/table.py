@@ -89,7 +89,7 @@ def read_duckdb(table, store) -> pa.Table:
             f"CREATE SECRET (TYPE S3, KEY_ID '{settings.access_key_id}', SECRET '{settings.secret_access_key}', "
             f"ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false, REGION '{settings.region}')"
         )
-    return con.execute(f"SELECT * FROM iceberg_scan('{table.metadata_location}')").fetch_arrow_table()
+    return con.execute(f"SELECT * FROM iceberg_scan('{table.metadata_location}')").to_arrow_table()
 
 
 def read_polars(table, store) -> pa.Table:
