@@ -80,7 +80,10 @@ def loads(data: bytes, key: str, what: str = "record") -> JsonObject:
     """Decode a JSON object (unsealed legacy records); raise :class:`CorruptData`."""
     try:
         body = json.loads(data)
-    except ValueError as e:  # not JSON, not UTF-8, or a number past Python's digit limit
+    except (
+        ValueError,
+        RecursionError,
+    ) as e:  # not JSON, not UTF-8, a number past Python's digit limit, nested too deep
         raise CorruptData(key, f"{what} is not valid JSON ({getattr(e, 'msg', e)})") from None
     if not isinstance(body, dict):
         raise CorruptData(key, f"{what} is not a JSON object")

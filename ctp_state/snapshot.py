@@ -110,7 +110,7 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
     try:  # the common case in one pass: a well-formed snapshot of this version
         raw.decode()  # (msgspec skips unknown members unchecked: the whole record must be UTF-8)
         snap = _DECODER.decode(raw)
-    except (msgspec.MsgspecError, UnicodeError):
+    except (msgspec.MsgspecError, UnicodeError, RecursionError):
         snap = None
     if snap is None or snap.v not in SUPPORTED_SNAPSHOT_VERSIONS:
         # Anything else is read as before, step by step, for the error that names what

@@ -142,6 +142,16 @@ def test_an_entry_with_a_number_past_pythons_digit_limit_is_corrupt_data():
         en.decode(data, "logs/t/000000/5.json")
 
 
+def test_a_record_nested_past_the_parsers_depth_is_corrupt_data():
+    """Not the RecursionError json.loads and msgspec raise: callers catch CorruptData."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    entry = _seal_bytes(b'{"at_ms":1,"kind":"seal","v":2,"zz":' + deep + b"}")
+    with pytest.raises(CorruptData, match="not valid JSON"):
+        en.decode(entry, "logs/t/000000/5.json")
+    with pytest.raises(CorruptData, match="not valid JSON"):
+        snapshot.decode_snapshot(_seal_bytes(_json_of("busy")[:-1] + b',"zz":' + deep + b"}"), "snapshots/t/busy.json")
+
+
 def _seal_bytes(raw: bytes) -> bytes:
     """A sealed record of exactly these JSON bytes (``codec.seal`` would re-encode them)."""
     from ctp_state import codec
