@@ -80,10 +80,8 @@ def loads(data: bytes, key: str, what: str = "record") -> JsonObject:
     """Decode a JSON object (unsealed legacy records); raise :class:`CorruptData`."""
     try:
         body = json.loads(data)
-    except (
-        ValueError,
-        RecursionError,
-    ) as e:  # not JSON, not UTF-8, a number past Python's digit limit, nested too deep
+    # Not JSON, not UTF-8, a number past Python's digit limit, or nested too deep.
+    except (ValueError, RecursionError) as e:
         raise CorruptData(key, f"{what} is not valid JSON ({getattr(e, 'msg', e)})") from None
     if not isinstance(body, dict):
         raise CorruptData(key, f"{what} is not a JSON object")
