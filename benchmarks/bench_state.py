@@ -23,8 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from ctp_state import layout, window
-from ctp_state import state as sm
+from ctp_state import layout, state as sm, window
 from ctp_state.entries import AccessMode, Claim, Placeholder, encode
 from ctp_state.fence import EpochFence
 from ctp_state.partition_log import PartitionLog

@@ -24,8 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ctp_state import state as sm
-from ctp_state import window
+from ctp_state import state as sm, window
 from ctp_state.errors import StaleClusterEpoch
 
 

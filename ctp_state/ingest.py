@@ -35,9 +35,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from ctp_state import codec, crashpoints, layout
-from ctp_state import records as records_codec
-from ctp_state import state as sm
+from ctp_state import codec, crashpoints, layout, records as records_codec, state as sm
 from ctp_state.codec import JsonObject
 from ctp_state.entries import Placeholder
 from ctp_state.errors import ConfigError, CorruptData, CtpError, ObjectNotFound, StoreError

@@ -31,9 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ctp_state import entries as en
-from ctp_state import layout, snapshot, window
-from ctp_state import state as sm
+from ctp_state import entries as en, layout, snapshot, state as sm, window
 from ctp_state.entries import AccessMode, Claim, Entry, Init, Release
 from ctp_state.errors import (
     ClaimHeld,

@@ -21,8 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from ctp_state import layout
-from ctp_state import state as sm
+from ctp_state import layout, state as sm
 from ctp_state.entries import Advance, Entry, Init, Placeholder, Seal
 from ctp_state.errors import CorruptData
 

@@ -31,8 +31,7 @@ from dataclasses import dataclass, replace
 
 import msgspec
 
-from ctp_state import layout, validate
-from ctp_state import state as sm
+from ctp_state import layout, state as sm, validate
 from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch, EpochCache
 from ctp_state.errors import (

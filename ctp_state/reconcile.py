@@ -40,8 +40,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ctp_state import crashpoints, layout
-from ctp_state import state as sm
+from ctp_state import crashpoints, layout, state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected

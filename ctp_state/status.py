@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from ctp_state import incarnations, layout
-from ctp_state import state as sm
+from ctp_state import incarnations, layout, state as sm
 from ctp_state.errors import CtpError, TopicNotFound
 from ctp_state.incarnations import NameState
 from ctp_state.partition_log import DEFAULT_SNAPSHOT_EVERY, PartitionLog

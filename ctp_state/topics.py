@@ -33,8 +33,15 @@ from ctp_state.entries import Init, decode, encode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ConfigError, CorruptData, InvalidTransition, KeyExists, TopicExists
 from ctp_state.storage import ObjectStore
-from ctp_state.topic_meta import MAX_PARTITIONS, META_VERSION, SUPPORTED_META_VERSIONS, Topic, decode_meta, encode_meta
-from ctp_state.topic_meta import new_incarnation_id as new_incarnation_id
+from ctp_state.topic_meta import (
+    MAX_PARTITIONS,
+    META_VERSION,
+    SUPPORTED_META_VERSIONS,
+    Topic,
+    decode_meta,
+    encode_meta,
+    new_incarnation_id as new_incarnation_id,
+)
 
 __all__ = [  # with the names callers know topics by, from ctp_state.topic_meta
     "MAX_PARTITIONS",

@@ -26,9 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from ctp_state import codec, layout
-from ctp_state import entries as en
-from ctp_state import state as sm
+from ctp_state import codec, entries as en, layout, state as sm
 from ctp_state.codec import JsonObject
 from ctp_state.entries import Init
 from ctp_state.epoch import ClusterEpoch
@@ -37,8 +35,7 @@ from ctp_state.gc.history import GcHistory
 from ctp_state.incarnations import NameState, all_names
 from ctp_state.l1 import parse_l1
 from ctp_state.partition_log import PartitionLog
-from ctp_state.status import reconcile_summaries as summaries
-from ctp_state.status import select_topics, unaccounted_logs
+from ctp_state.status import reconcile_summaries as summaries, select_topics, unaccounted_logs
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import Topic, get_topic
 

@@ -13,11 +13,13 @@ The ``cmd_*`` modules only parse, call the library and print.
 """
 
 # Each cmd_ module registers its commands on ``main`` when imported.
-from ctp_state.cli import cmd_data as _cmd_data  # noqa: F401
-from ctp_state.cli import cmd_gc as _cmd_gc  # noqa: F401
-from ctp_state.cli import cmd_produce as _cmd_produce  # noqa: F401
-from ctp_state.cli import cmd_table as _cmd_table  # noqa: F401
-from ctp_state.cli import cmd_topic as _cmd_topic  # noqa: F401
+from ctp_state.cli import (
+    cmd_data as _cmd_data,  # noqa: F401
+    cmd_gc as _cmd_gc,  # noqa: F401
+    cmd_produce as _cmd_produce,  # noqa: F401
+    cmd_table as _cmd_table,  # noqa: F401
+    cmd_topic as _cmd_topic,  # noqa: F401
+)
 from ctp_state.cli.framework import main
 
 __all__ = ["main"]

@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from ctp_state import state as sm
-from ctp_state import window as epochs
+from ctp_state import state as sm, window as epochs
 from ctp_state.errors import StaleClusterEpoch
 from ctp_state.fence import EpochFence
 from tests.support import plog

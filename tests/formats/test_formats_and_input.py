@@ -6,11 +6,9 @@ import io
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from ctp_state import codec, l0, validate
-from ctp_state import entries as en
+from ctp_state import codec, entries as en, l0, validate
 from ctp_state.entries import Init, Placeholder
 from ctp_state.errors import (
     CorruptData,

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ctp_state import entries as en
-from ctp_state import layout, snapshot
-from ctp_state import state as sm
+from ctp_state import entries as en, layout, snapshot, state as sm
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release, Seal
 from ctp_state.errors import CorruptData
 

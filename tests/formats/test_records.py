@@ -4,8 +4,7 @@ codec; an old version is upcast on read; a newer or malformed one is refused wit
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from ctp_state import codec, records
 from ctp_state.errors import CorruptData, UnsupportedVersion

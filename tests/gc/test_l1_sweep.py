@@ -12,8 +12,7 @@ import pytest
 
 from ctp_state import layout
 from ctp_state.errors import CorruptData, GateFailed
-from ctp_state.gc import l1_sweep as gc_l1
-from ctp_state.gc import run_gc
+from ctp_state.gc import l1_sweep as gc_l1, run_gc
 from ctp_state.read import committed_l1_keys
 from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ctp_state import layout
-from ctp_state import state as sm
+from ctp_state import layout, state as sm
 from ctp_state.entries import AccessMode, Claim, Init, Placeholder
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import compute_m, plan_l0_deletes

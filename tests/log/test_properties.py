@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ctp_state import layout, snapshot
-from ctp_state import state as sm
+from ctp_state import layout, snapshot, state as sm
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile
 
 PARTITIONS = 3

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctp_state import layout, snapshot, window
-from ctp_state import state as sm
+from ctp_state import layout, snapshot, state as sm, window
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release
 from ctp_state.errors import (
     ClaimHeld,

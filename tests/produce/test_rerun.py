@@ -20,8 +20,7 @@ import subprocess
 
 import pytest
 
-from ctp_state import layout
-from ctp_state import state as sm
+from ctp_state import layout, state as sm
 from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.ingest import input_digest, input_producer_id

@@ -21,8 +21,7 @@ from collections import Counter
 
 import pytest
 
-from ctp_state import codec, layout
-from ctp_state import state as sm
+from ctp_state import codec, layout, state as sm
 from ctp_state.deletion import delete_topic
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release, Seal, encode
 from ctp_state.epoch import ClusterEpoch

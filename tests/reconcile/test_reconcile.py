@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import threading
 
-from ctp_state import layout
-from ctp_state import state as sm
+from ctp_state import layout, state as sm
 from ctp_state.entries import Reconcile
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record

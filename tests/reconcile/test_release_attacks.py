@@ -17,8 +17,7 @@ the GC keeping what pending records need:
 
 from __future__ import annotations
 
-from ctp_state import entries as en
-from ctp_state import reconcile as rc
+from ctp_state import entries as en, reconcile as rc
 from ctp_state.entries import AccessMode
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer

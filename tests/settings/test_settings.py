@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from ctp_state.cli import main
 from ctp_state.errors import ConfigError

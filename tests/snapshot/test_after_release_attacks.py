@@ -29,8 +29,7 @@ import time
 
 import pytest
 
-from ctp_state import layout
-from ctp_state import reconcile as rc
+from ctp_state import layout, reconcile as rc
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, StateUnreadable, StoreError
 from ctp_state.gc import run_gc

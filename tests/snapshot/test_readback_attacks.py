@@ -19,9 +19,7 @@ import time
 import msgspec
 import pytest
 
-from ctp_state import entries as en
-from ctp_state import layout, snapshot
-from ctp_state import reconcile as rc
+from ctp_state import entries as en, layout, reconcile as rc, snapshot
 from ctp_state.entries import AccessMode
 from ctp_state.errors import StateUnreadable
 from ctp_state.gc import run_gc

@@ -10,8 +10,7 @@ import urllib.request
 import pytest
 
 from ctp_state.local_s3 import LocalS3
-from tests.support import ctp_on_path as ctp
-from tests.support import with_this_checkout
+from tests.support import ctp_on_path as ctp, with_this_checkout
 
 
 def without_aws(env: dict[str, str]) -> dict[str, str]:

@@ -13,8 +13,7 @@ import pytest
 
 from ctp_state import layout
 from ctp_state.errors import StoreError
-from ctp_state.gc import delete as G
-from ctp_state.gc import delete_objects, scan_prefix
+from ctp_state.gc import delete as G, delete_objects, scan_prefix
 from ctp_state.storage import DeleteResult, LocalStore, ObjectInfo
 from ctp_state.throttle import Aimd
 

@@ -23,8 +23,7 @@ from ctp_state.partition_log import SNAPSHOTS_SET_ASIDE
 from ctp_state.producer import Producer
 from ctp_state.settings import GcSettings
 from ctp_state.topics import create_topic, get_topic, list_topics
-from tests.support import Wrapped, plog, values
-from tests.support import ctp_on_path as ctp
+from tests.support import Wrapped, ctp_on_path as ctp, plog, values
 from tests.support.topics import NOW, load, settle, space_keys
 
 # --- scenario 1: a snapshot that lands late ------------------------------------------------

@@ -40,8 +40,7 @@ from ctp_state.storage.base import DeleteResult
 from ctp_state.topic_meta import Topic, encode_meta
 from ctp_state.topics import create_topic, get_topic
 from ctp_state.verify import verify_cluster
-from tests.support import Wrapped, plog, values
-from tests.support import ctp_on_path as ctp
+from tests.support import Wrapped, ctp_on_path as ctp, plog, values
 from tests.support.topics import NOW, load, settle, space_keys
 
 TWO_HOURS_LATER = lambda: time.time() + 2 * 3600  # noqa: E731  (a GC clock past the default 1 h grace)
