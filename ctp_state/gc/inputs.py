@@ -8,11 +8,11 @@ import hashlib
 import logging
 from dataclasses import dataclass
 
-from ctp_state import layout
-from ctp_state import state as sm
+from ctp_state import layout, state as sm
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, StateUnreadable
 from ctp_state.incarnations import NameState, all_names
+from ctp_state.partition_state import L1Ref
 from ctp_state.records import ReconcileSummary
 from ctp_state.status import reconcile_summaries, try_read_partition_states, unaccounted_logs
 from ctp_state.storage import ObjectStore
@@ -48,14 +48,14 @@ class PartitionView:
     #: The id in the partition's keys (None: keys carry only the topic's name).
     key_id: str | None = None
 
-    def l1_after(self, w: int) -> tuple[sm.L1Ref, ...]:
+    def l1_after(self, w: int) -> tuple[L1Ref, ...]:
         """The committed L1 files whose records come after offset ``w``."""
         i = bisect.bisect_right(self.l1_ends, w)
         first = self.l1_ends[i - 1] + 1 if i else 0
         out = []
         for last, crc in zip(self.l1_ends[i:], self.l1_crcs[i:]):
             key = layout.l1_key(self.topic, self.partition, first, last, self.key_id)
-            out.append(sm.L1Ref(key, first, last, crc))
+            out.append(L1Ref(key, first, last, crc))
             first = last + 1
         return tuple(out)
 

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from ctp_state import layout
 from ctp_state.errors import CorruptData, ObjectNotFound
 from ctp_state.l1 import parse_l1
-from ctp_state.state import L1Ref
+from ctp_state.partition_state import L1Ref
 from ctp_state.storage import ObjectInfo, ObjectStore
 
 L1_CHECK_SCHEMA = pa.schema(

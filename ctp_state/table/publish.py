@@ -36,10 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ctp_state import codec, crashpoints, layout
-from ctp_state import state as sm
+from ctp_state import codec, crashpoints, layout, state as sm
 from ctp_state.codec import JsonObject
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
+from ctp_state.partition_state import L1Ref
 from ctp_state.storage import ObjectStore
 from ctp_state.table import register
 from ctp_state.table.catalog import NO_RETRIES, TOPIC_ID, CatalogConfig, identifier, location, uri_of
@@ -228,7 +228,7 @@ def write_vector(store: ObjectStore, table: Any, t: Topic, vector: dict[int, int
     return key
 
 
-def pending_files(states: list[sm.PartitionState], vector: dict[int, int]) -> list[tuple[int, sm.L1Ref]]:
+def pending_files(states: list[sm.PartitionState], vector: dict[int, int]) -> list[tuple[int, L1Ref]]:
     """The committed L1 files past ``vector``, per partition in offset order. Pure."""
     out = []
     for st in states:
