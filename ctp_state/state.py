@@ -14,10 +14,11 @@ its start: the committed L1 files (as the last offset of each; they tile the rec
 from offset 0 to the last reconciled one) and, per idempotent producer, the sequence
 numbers it has had applied (R8), so a re-sent batch is recognised and dropped.
 
-Why one module of about 600 lines: it is one fold. The state, the verdicts and the
-``_apply_*`` functions of every entry kind change together (each rule R2, R3, R5, R6, R8
-is a condition inside them); the parts that are not the fold live apart (the fence
-window in :mod:`ctp_state.window`, the snapshot codec in :mod:`ctp_state.snapshot`).
+One module because it is one fold: the verdicts and the ``_apply_*`` functions of
+every entry kind change together (each rule R2, R3, R5, R6, R8 is a condition inside
+them). What is not the fold lives apart: the state's types and the views readers take of
+them in :mod:`ctp_state.partition_state`, the fence window in :mod:`ctp_state.window`,
+the snapshot codec in :mod:`ctp_state.snapshot`.
 """
 
 from __future__ import annotations
