@@ -25,21 +25,14 @@ an UPDATE changed (SQLite, PostgreSQL); anything else is pyiceberg's own path.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 
+@functools.cache
 def sql_catalog_class() -> type:
-    """The class (built on first use: pyiceberg is imported only by what needs it)."""
-    global _CLASS
-    if _CLASS is None:
-        _CLASS = _build()
-    return _CLASS
-
-
-_CLASS: type | None = None
-
-
-def _build() -> type:
+    """The class, built on first use (pyiceberg is imported only by what needs it), as
+    :func:`ctp_state.table.register.transaction`'s class is."""
     from pyiceberg.catalog import Catalog
     from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
     from pyiceberg.exceptions import CommitFailedException
