@@ -161,15 +161,16 @@ def state_keys(store: ObjectStore, t: Topic, root: str) -> list[ObjectInfo]:
     """Every key of incarnation ``t`` under ``root`` (its table, L1, snapshots or logs).
     An incarnation whose keys carry only its name owns the 6-digit partition directories
     under ``<root><name>/`` (under ``tables/<name>/``, everything but id directories);
-    an id directory there belongs to another incarnation."""
+    an id directory there belongs to another incarnation. Each listing is taken whole
+    (:meth:`ObjectStore.list_all`): under ``tables/<space>/`` names are namespaces."""
     if t.key_id is not None:
-        return list(store.list(f"{root}{layout.space(t.name, t.key_id)}/"))
+        return store.list_all(f"{root}{layout.space(t.name, t.key_id)}/")
     top = f"{root}{t.name}/"
     out: list[ObjectInfo] = []
     dirs, files = store.list_level(top)
     for d in dirs:
         if layout.is_partition_dir(d, top) or (root == layout.TABLES_ROOT and not layout.is_id_dir(d, top)):
-            out.extend(store.list(d))
+            out.extend(store.list_all(d))
     if root == layout.TABLES_ROOT:
         out.extend(files)
     return out

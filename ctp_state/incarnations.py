@@ -121,14 +121,16 @@ def read_name(store: ObjectStore, name: str) -> NameState:
 
 def all_names(store: ObjectStore) -> list[NameState]:
     """Every name ever created, by name: one LIST of the first incarnations and one of
-    every history, then a GET per record."""
+    every history, then a GET per record. Both listings cross the level of topic names,
+    where a server may list directory by directory (``t/`` before ``t-2/``): each is
+    taken whole and ordered here (:meth:`ObjectStore.list_all`)."""
     firsts = {}
-    for info in store.list(layout.TOPICS):
+    for info in store.list_all(layout.TOPICS):
         if info.key.endswith(".json"):
             t = decode_meta(store.get(info.key), info.key)
             firsts[t.name] = t
     events: dict[str, list[tuple[str, TopicEvent]]] = {}
-    for info in store.list(layout.TOPIC_HISTORY):
+    for info in store.list_all(layout.TOPIC_HISTORY):
         name, _, tail = info.key[len(layout.TOPIC_HISTORY) :].rpartition("/")
         if layout.parse_sequence_name(tail) is None:
             continue

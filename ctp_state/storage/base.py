@@ -19,8 +19,6 @@ from ctp_state.errors import InvalidKey, ObjectNotFound, StoreError
 
 #: S3 rejects a DeleteObjects request of more than 1000 keys; moto does not, so the
 #: limit is enforced here.
-#: S3 rejects a DeleteObjects request of more than 1000 keys; moto does not, so the
-#: limit is enforced here.
 MAX_DELETE_BATCH = 1000
 
 
@@ -107,6 +105,18 @@ class ObjectStore(ABC):
         before ``end_before``, in byte-wise key order. Pagination is internal; stop
         iterating to stop early. ``end_before`` lets a store skip what lies beyond it
         unread (a file store never opens a directory whose keys all sort after it)."""
+
+    def list_all(self, prefix: str) -> builtins.list[ObjectInfo]:
+        """Every object under ``prefix``, each once, in byte-wise key order, whatever
+        order the server lists in; held in memory.
+
+        For a range that crosses a level of names of more than one width (topic names,
+        and so every ``<space>``; table namespaces): ``'-'`` and ``'.'`` sort before
+        ``'/'``, so a server that lists directory by directory (SeaweedFS; S3 directory
+        buckets) lists ``t/x`` before ``t-2/x``, and :meth:`list` refuses that. A range
+        whose names are of one width at every level (offsets, epochs, partitions,
+        sequences) lists alike either way: stream it with :meth:`list`."""
+        return builtins.list(self.list(prefix))
 
     @abstractmethod
     def list_level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[ObjectInfo]]:

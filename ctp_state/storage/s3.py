@@ -125,32 +125,44 @@ class S3Store(ObjectStore):
                 raise KeyExists(key) from None
             raise self._fail("conditional PUT", key, e) from None
 
-    def list(
-        self, prefix: str = "", start_after: str | None = None, end_before: str | None = None
-    ) -> Iterator[ObjectInfo]:
+    def _listed(self, prefix: str, start_after: str | None) -> Iterator[dict[str, Any]]:
+        """The objects ListObjectsV2 answers, page after page, in the server's order."""
         kwargs: dict[str, str] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}  # list_objects_v2's
         if start_after:
             kwargs["StartAfter"] = self.prefix + start_after
-        n = len(self.prefix)
-        previous = (self.prefix + start_after).encode() if start_after else b""
         while True:
             try:
                 page = self._s3.list_objects_v2(**kwargs)
             except self._ClientError as e:
                 raise self._fail("LIST", prefix or "/", e) from None
-            for obj in page.get("Contents", ()):
-                raw = obj["Key"].encode()
-                if raw <= previous:
-                    raise self._out_of_order(obj["Key"][n:], previous.decode()[n:])
-                previous = raw
-                key = obj["Key"][n:]
-                if end_before is not None and key >= end_before:
-                    return  # S3 has no end bound: the first page past it is the last request
-                yield ObjectInfo(key, int(obj["Size"]), obj["LastModified"].timestamp())
+            yield from page.get("Contents", ())
             if not page.get("IsTruncated"):
                 return
             kwargs.pop("StartAfter", None)
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def list(
+        self, prefix: str = "", start_after: str | None = None, end_before: str | None = None
+    ) -> Iterator[ObjectInfo]:
+        n = len(self.prefix)
+        previous = (self.prefix + start_after).encode() if start_after else b""
+        for obj in self._listed(prefix, start_after):
+            raw = obj["Key"].encode()
+            if raw <= previous:
+                raise self._out_of_order(obj["Key"][n:], previous.decode()[n:])
+            previous = raw
+            key = obj["Key"][n:]
+            if end_before is not None and key >= end_before:
+                return  # S3 has no end bound: the first page past it is the last request
+            yield ObjectInfo(key, int(obj["Size"]), obj["LastModified"].timestamp())
+
+    def list_all(self, prefix: str) -> builtins.list[ObjectInfo]:
+        n = len(self.prefix)
+        seen = {
+            obj["Key"]: ObjectInfo(obj["Key"][n:], int(obj["Size"]), obj["LastModified"].timestamp())
+            for obj in self._listed(prefix, None)
+        }
+        return sorted(seen.values(), key=lambda o: o.key.encode())
 
     def list_level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[ObjectInfo]]:
         if prefix and not prefix.endswith("/"):
@@ -178,13 +190,16 @@ class S3Store(ObjectStore):
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
     def _out_of_order(self, key: str, after: str) -> StoreError:
-        """S3 lists keys in UTF-8 byte order and ctp relies on it (a bounded listing
-        stops at its bound). Some servers walk a directory tree instead and list 'a/x'
-        before 'a-b/x'; never follow such a listing silently."""
+        """ctp streams only ranges whose names are of one width at every level, where
+        byte order and a directory walk (SeaweedFS lists 'a/x' before 'a-b/x') agree; a
+        range that crosses a name level goes through :meth:`list_all`. A listing out of
+        order here means a key that is not ctp's beside one that is: a bounded listing
+        could stop before it, so never follow it silently."""
         return StoreError(
-            f"the S3 server of {self.url} listed {key!r} after {after!r}: it does not list keys "
-            "in byte order, which ctp needs (keys whose names differ only by a character "
-            "that sorts before '/' under one prefix)",
+            f"the S3 server of {self.url} listed {key!r} after {after!r}, out of byte order, in a "
+            "listing ctp bounds by key: a key that ctp did not write sits beside its own (look at "
+            "both; a server that lists directory by directory orders names that differ by '-' or '.' "
+            "before '/' this way)",
             "ListOrder",
         )
 

@@ -93,7 +93,7 @@ def unreachable(store: ObjectStore, table: Any, t: Topic, *, now_s: float, grace
         raise CtpError(f"table {table.name()} lives at {own}, outside the topic's space {space} in the store")
     out = []
     for sub in ("metadata/", "published/"):
-        for o in store.list(own[len(root) :] + sub):
+        for o in store.list_all(own[len(root) :] + sub):
             if o.key in keep or uri_of(store, o.key) in keep:
                 continue
             if now_s - o.mtime >= grace_s:

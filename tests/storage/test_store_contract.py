@@ -95,6 +95,18 @@ def test_list_is_bytewise_key_order_across_directories_or_says_the_server_is_not
     assert dirs == ["a-b/", "a/"] and [o.key for o in objects] == ["A", "a.c", "a0", "ab", "b"]
 
 
+@pytest.mark.parametrize("level", ["meta/history/", "logs/", "l1/", "tables/t/0123456789abcdef0123456789abcdef/"])
+def test_list_all_walks_a_name_level_in_byte_order(store, level):
+    """The store verb for a range that crosses a name level: every key under it, once,
+    in byte order, on a server that walks directories too -- across pages."""
+    names = [f"{level}{n}/{i:020d}.json" for n in ("t", "t-2", "t.x", "t-2.y", "t0") for i in range(3)]
+    names += [f"{level}t-2/many/{i:06d}" for i in range(1050)]  # past one page
+    names.append(f"{level}t.json")  # a file beside the directory it begins
+    put_all(store, names)
+    listed = [o.key for o in store.list_all(level)]
+    assert listed == sorted(names, key=str.encode)
+
+
 def test_keys_shaped_as_ctp_writes_them_list_in_order_on_every_backend(store: ObjectStore):
     """What ctp lists with bounds: fixed-width digit names level by level (L0 spread and
     epoch directories, log offsets, sequences), which every backend orders alike."""
