@@ -174,6 +174,20 @@ class PartitionSealed(Rejected):
         super().__init__(f"{topic}/{partition}: the topic was deleted; the partition's log is sealed")
 
 
+class IncarnationDeleted(Rejected):
+    """R10: a producer bound to one incarnation of a topic (a ``ctp produce`` run) learnt
+    that it was deleted; it writes nothing more to it, and never to a newer one."""
+
+    code = "topic_deleted"
+
+    def __init__(self, topic: str, partition: int, incarnation: str):
+        self.topic, self.partition, self.incarnation = topic, partition, incarnation
+        super().__init__(
+            f"{topic}/{partition}: incarnation {incarnation} of the topic was deleted while this run wrote to it; "
+            "nothing more is written to it (run the same command again to write into the topic as it is now)"
+        )
+
+
 class LogRewound(Rejected):
     """A writer's log no longer holds the entry its state ends at: the topic incarnation
     was deleted and its state removed (or the log was damaged). Nothing was written;

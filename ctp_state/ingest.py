@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from ctp_state import codec, crashpoints, layout, records as records_codec, state as sm
 from ctp_state.codec import JsonObject
 from ctp_state.entries import Placeholder
-from ctp_state.errors import ConfigError, CorruptData, CtpError, ObjectNotFound, StoreError
+from ctp_state.errors import ConfigError, CorruptData, CtpError, ObjectNotFound, PartitionSealed, StoreError
 from ctp_state.l0 import Record
 from ctp_state.produce_marker import completed_before, mark_complete
 from ctp_state.produce_trace import InDoubt, Trace, follow, of_state
@@ -72,6 +72,8 @@ class ProduceReport:
     topics: dict[str, str | None] = field(default_factory=dict)  # the incarnation of each topic written to
     #: entries of this producer id whose fate the log cannot tell (see the module docstring)
     in_doubt: list[PartitionInDoubt] = field(default_factory=list)
+    #: topics whose incarnation was deleted while the run wrote to them: it wrote no more
+    deleted: set[str] = field(default_factory=set)
 
     @property
     def complete(self) -> bool:
@@ -99,6 +101,8 @@ class ProduceReport:
             self.rejected_by_reason[v.reason or "error"] += rest
             self.first_error = self.first_error or str(v.error)
             stopped.add((v.topic, v.partition))
+            if v.reason == PartitionSealed.code:
+                self.deleted.add(v.topic)
 
     def as_dict(self) -> JsonObject:  # what `ctp produce --json` prints
         return {
@@ -147,13 +151,20 @@ def send_batches(
     """Send ``batches`` (``total`` records in all) in order; after a batch of a
     partition is not accepted, hold back the rest of that partition (not sent). If a
     flush fails before writing anything, its records are rejected and every record
-    after it is not sent: each record still gets an outcome (I4)."""
+    after it is not sent: each record still gets an outcome (I4). Once a write is
+    refused because its topic was deleted, the run's part for that topic ends: its
+    later records are rejected (``topic_deleted``), as the producer would refuse them."""
     stopped: set[tuple[str, int]] = set()
     seen = 0
     for flush, chunks in enumerate(batches):
         size = sum(len(r) for _, r in chunks)
         held = [c for c in chunks if c[0] in stopped]
-        report.not_sent += sum(len(r) for _, r in held)
+        for (t, _), recs in held:
+            if t in report.deleted:
+                report.rejected += len(recs)
+                report.rejected_by_reason[PartitionSealed.code] += len(recs)
+            else:
+                report.not_sent += len(recs)
         try:
             ok, bad = write_with_retry(producer, [c for c in chunks if c[0] not in stopped])
         except CtpError as e:  # raised before this flush wrote anything
@@ -163,6 +174,8 @@ def send_batches(
             report.not_sent += total - seen - size
             return
         report.count(ok + bad, stopped)
+        if report.deleted:  # every partition of a deleted topic, not only the refused ones
+            stopped.update(c[0] for c in chunks if c[0][0] in report.deleted)
         crashpoints.reached("produce_after_flush", flush)
         seen += size
         after_flush()
@@ -182,9 +195,11 @@ def produce_input(
     """Produce ``records`` (in input order; ``digest`` the input's SHA-256) so that
     doing it again never duplicates."""
     report = ProduceReport(producer_id)
-    # The marker says which incarnation of each topic it was written into: a topic
-    # deleted and created again since holds none of those records.
-    incarnations = {t: get_topic(store, t).id for t in sorted({t for t, _, _ in records})}
+    # The run is bound to the incarnations looked up here, once: it writes to them and
+    # to nothing else (a topic deleted and created again mid-run gets none of its
+    # records), and the marker and progress record name them.
+    bound = [get_topic(store, t) for t in sorted({t for t, _, _ in records})]
+    incarnations = {t.name: t.id for t in bound}
     report.topics = incarnations
     report.completed_before = completed_before(store, producer_id, digest, len(records), incarnations)
     if report.completed_before is not None:
@@ -194,7 +209,7 @@ def produce_input(
 
     per_partition: dict[tuple[str, int], int] = defaultdict(int)
     progress = Progress(store, producer_id, digest, len(records), incarnations)
-    with Producer(store, producer_id=producer_id) as producer:
+    with Producer(store, producer_id=producer_id, topics=bound) as producer:
         # Each partition says how many of this id's records it holds (or, once it has
         # forgotten the id, the log since the last progress recorded does): skip those.
         resumed: dict[tuple[str, int], int] = {}

@@ -36,6 +36,7 @@ from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch, EpochCache
 from ctp_state.errors import (
     CtpError,
+    IncarnationDeleted,
     OutcomeUnknown,
     OutOfOrderSequence,
     PartitionSealed,
@@ -197,7 +198,15 @@ class Producer:
         rng: random.Random | None = None,
         epochs: EpochCache | None = None,
         producer_id: str | None = None,
+        topics: Iterable[Topic] = (),
     ):
+        """``topics``: incarnations this producer is bound to. It writes to each of them
+        and to nothing else under their names: it never looks those names up again, and
+        once one is refused as deleted every later write to it is refused too, without a
+        request (a ``ctp produce`` run, whose report and progress record name the
+        incarnations it started with). Other names are looked up on first use, and
+        looked up again after their incarnation was deleted (a long-lived producer
+        follows a re-created topic)."""
         if not 1 <= spread_width <= 1000:
             raise ValueError(f"spread width must be in [1, 1000], got {spread_width}")
         if producer_id is not None:
@@ -208,7 +217,9 @@ class Producer:
         self.epochs = epochs or EpochCache(ClusterEpoch(store), ttl_s=epoch_ttl_s)
         self.spread_width = spread_width
         self._rng = rng or random.Random()
-        self._topics: dict[str, Topic] = {}
+        self._bound: dict[str, Topic] = {t.name: t for t in topics}
+        self._topics: dict[str, Topic] = dict(self._bound)
+        self._deleted: set[str] = set()  # bound names whose incarnation was deleted
         self._writers: dict[tuple[str, int], PartitionWriter] = {}
         self._lock = threading.Lock()
         self._buffer: dict[tuple[str, int], list[Record]] = defaultdict(list)
@@ -260,6 +271,12 @@ class Producer:
         chunks = [((t, p), recs) for (t, p), recs in chunks if recs]
         for (t, p), _ in chunks:
             self.topic(t).check_partition(p)
+        with self._lock:
+            gone = {(t, p): len(recs) for (t, p), recs in chunks if t in self._deleted}
+        if gone:  # refused here: nothing of theirs goes into the L0 object or a log
+            live = self.write([c for c in chunks if c[0] not in gone], epoch) if len(gone) < len(chunks) else []
+            it = iter(live)
+            return [next(it) if tp not in gone else self._refused_deleted(tp, len(r)) for tp, r in chunks]
         try:
             e = validate.epoch(epoch if epoch is not None else self.epochs.get())
         except CtpError as err:  # the cluster epoch did not read: nothing was written
@@ -283,12 +300,18 @@ class Producer:
 
     def _forget(self, topics: set[str]) -> None:
         """Drop what this producer knows of ``topics`` (their incarnation was deleted):
-        the next write looks each up again, and finds a re-created one, or none."""
+        the next write looks each up again, and finds a re-created one, or none -- unless
+        the producer is bound to that incarnation: then it stays refused."""
         with self._lock:
-            for t in topics:
+            self._deleted.update(t for t in topics if t in self._bound)
+            for t in topics - self._bound.keys():
                 self._topics.pop(t, None)
-            for k in [k for k in self._writers if k[0] in topics]:
+            for k in [k for k in self._writers if k[0] in topics and k[0] not in self._bound]:
                 del self._writers[k]
+
+    def _refused_deleted(self, tp: tuple[str, int], records: int) -> Verdict:
+        t = self._bound[tp[0]]
+        return Verdict(tp[0], tp[1], records, "", error=IncarnationDeleted(tp[0], tp[1], t.incarnation), topic_id=t.id)
 
     def _append(self, key: str, epoch: int, ref: ChunkRef) -> Verdict:
         tid = self.topic(ref.topic).id  # the incarnation this producer writes to (its writer's)

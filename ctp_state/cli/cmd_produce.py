@@ -90,7 +90,11 @@ def produce(
         task = progress.add_task("producing", total=records if generate else None)
         advance = lambda n: progress.advance(task, n)  # noqa: E731
         if generate:
-            with Producer(store, producer_id=producer_id) as producer:
+            from ctp_state.topics import get_topic
+
+            # Bound to the incarnation it starts with, as a FILE run is (ingest.produce_input).
+            bound = [get_topic(store, topic_name)] if topic_name else []
+            with Producer(store, producer_id=producer_id, topics=bound) as producer:
                 report = ProduceReport(producer.producer_id)
                 send_batches(
                     producer,
