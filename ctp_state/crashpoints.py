@@ -25,7 +25,8 @@ POINTS = (
     "gc_remove_after_l1",  # ... and its L1 files
     "gc_remove_after_snapshots",  # ... and its snapshots
     "gc_remove_after_logs",  # ... and its logs, the removal not yet recorded
-    "publish_before_commit",  # ctp table publish: the published vector written, the table not committed
+    "publish_before_commit",  # ctp table publish: its vector, manifests and manifest list written, not committed
+    "table_commit_before_update",  # a SQL catalog commit: the new metadata file written, the catalog row not moved
     "publish_after_commit",  # ... the table committed, the publish not yet returned
 )
 

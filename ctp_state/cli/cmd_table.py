@@ -47,15 +47,27 @@ def table() -> None:
 @table.command("publish")
 @click.argument("topics", nargs=-1)
 @_catalog_options
+@click.option(
+    "--rebuild",
+    is_flag=True,
+    help="Drop each table and publish it again from the state log (a table whose files were lost; "
+    "its snapshot history goes, its records do not).",
+)
 @command
 def table_publish(
-    store: ObjectStore, as_json: bool, topics: tuple[str, ...], catalog_uri: str | None, namespace: str | None
+    store: ObjectStore,
+    as_json: bool,
+    topics: tuple[str, ...],
+    catalog_uri: str | None,
+    namespace: str | None,
+    rebuild: bool,
 ) -> None:
     """Append every committed L1 file not yet in its topic's table (all topics, or
-    TOPICS), exactly once. Safe to run again, and beside another publisher."""
+    TOPICS), exactly once. Safe to run again, and beside another publisher. A head that
+    names a lost published vector is repaired; one whose manifests are lost is rebuilt."""
     from ctp_state.table.jobs import publish_topics
 
-    done = publish_topics(store, _config(catalog_uri, namespace), home=_home(), topics=topics or None)
+    done = publish_topics(store, _config(catalog_uri, namespace), home=_home(), topics=topics or None, rebuild=rebuild)
     out = Table("table", "files added", "records added", "format 1 copies", "snapshot")
     for p in done:
         out.add_row(p.table, str(p.files_added), str(p.records_added), str(p.format1_copied), str(p.snapshot_id))

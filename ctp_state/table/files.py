@@ -10,7 +10,7 @@ from typing import Any
 from ctp_state.errors import CorruptData
 from ctp_state.gc.table_hook import TableFile, TableHead
 from ctp_state.storage import ObjectStore
-from ctp_state.table.publish import PUBLISHED, read_vector
+from ctp_state.table.vector import read_vector, vector_key
 from ctp_state.topic_meta import Topic
 
 #: Every file ctp registers is named ``<first>-<last>.parquet`` by the record offsets it
@@ -53,8 +53,7 @@ def data_files(table: Any) -> list[TableFile]:
 
 def published_vector(store: ObjectStore, table: Any) -> dict[int, int]:
     """Per partition, the last record offset the table's head accounts for."""
-    head = table.current_snapshot()
-    return read_vector(store, head.summary.additional_properties.get(PUBLISHED) if head else None)
+    return read_vector(store, vector_key(table.current_snapshot()))
 
 
 def table_head(store: ObjectStore, table: Any, t: Topic) -> TableHead:

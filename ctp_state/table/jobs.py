@@ -16,12 +16,21 @@ from ctp_state.topics import get_topic, list_topics
 
 
 def publish_topics(
-    store: ObjectStore, config: CatalogConfig, *, home: str, topics: Sequence[str] | None = None
+    store: ObjectStore,
+    config: CatalogConfig,
+    *,
+    home: str,
+    topics: Sequence[str] | None = None,
+    rebuild: bool = False,
 ) -> list[Published]:
-    """Publish every live topic's committed L1 files (or ``topics``') to its table."""
+    """Publish every live topic's committed L1 files (or ``topics``') to its table
+    (``rebuild``: each table dropped and published again from the state log)."""
     catalog = open_catalog(store, config, home=home)
     chosen = [get_topic(store, n) for n in topics] if topics else list_topics(store)
-    return [publish(store, catalog, t, config, read_states=lambda t: read_states(store, [t])) for t in chosen]
+    return [
+        publish(store, catalog, t, config, read_states=lambda t: read_states(store, [t]), rebuild=rebuild)
+        for t in chosen
+    ]
 
 
 @dataclass(frozen=True)

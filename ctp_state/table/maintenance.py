@@ -28,7 +28,7 @@ from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
 from ctp_state.table.catalog import TOPIC_ID, CatalogConfig, default_path, identifier, open_catalog, uri_of
 from ctp_state.table.files import published_vector, table_head
-from ctp_state.table.publish import PUBLISHED
+from ctp_state.table.vector import vector_key
 from ctp_state.topic_meta import Topic
 from ctp_state.topics import list_topics
 
@@ -73,16 +73,33 @@ def reachable(table: Any) -> set[str]:
     for snap in meta.snapshots:
         out.add(snap.manifest_list)
         out.update(m.manifest_path for m in snap.manifests(io))
-        vector = snap.summary.additional_properties.get(PUBLISHED) if snap.summary else None
+        vector = vector_key(snap)
         if vector:
             out.add(vector)  # a store key
     return out
 
 
-def unreachable(store: ObjectStore, table: Any, t: Topic, *, now_s: float, grace_s: float) -> list[ObjectInfo]:
+#: How far apart two objects' mtimes may be on the store's clock for writes in one order
+#: (the store's front ends' clocks, a Last-Modified of whole seconds): a file is older
+#: than the head only if it is older by more than this.
+CLOCK_SLACK_S = 1.0
+
+
+def unreachable(
+    store: ObjectStore, table: Any, t: Topic, *, now_s: float, grace_s: float, slack_s: float = CLOCK_SLACK_S
+) -> list[ObjectInfo]:
     """The metadata files and published vectors of ``t``'s table that nothing reaches,
     older than ``grace_s`` by the store's clock (``now_s``: see
-    :func:`ctp_state.deletion.store_now`)."""
+    :func:`ctp_state.deletion.store_now`) -- and older than the table's head.
+
+    Age alone cannot tell garbage from a publish in flight: a publish paused between
+    writing its files (vector, manifests, manifest list, metadata file) and its commit,
+    for any length of time, would find them gone and commit a head that names them. The
+    head can: a commit lands only on the head it was made from (the catalog's condition),
+    and a publish made from the current head ``S`` loaded ``S`` after ``S`` was committed,
+    so every file it writes is newer than ``S``'s manifest list. A file older than that
+    (by more than ``slack_s``) was written for an older head, by a commit that can never
+    land. With no head yet, nothing is unreachable (a first publish in flight)."""
     keep = reachable(table)
     # Only under the table's own location: another table of the topic (another
     # namespace, another catalog) has its own, and nothing here reaches into it.
@@ -91,12 +108,25 @@ def unreachable(store: ObjectStore, table: Any, t: Topic, *, now_s: float, grace
     space = f"{layout.TABLES_ROOT}{layout.space(t.name, t.key_id)}/"
     if not own.startswith(root + space):
         raise CtpError(f"table {table.name()} lives at {own}, outside the topic's space {space} in the store")
+    head = table.current_snapshot()
+    if head is None:
+        return []
+    if not head.manifest_list.startswith(root):
+        raise CtpError(
+            f"table {'.'.join(table.name())}: its head's manifest list {head.manifest_list} is outside the store"
+        )
+    listed = store.head(head.manifest_list[len(root) :])
+    if listed is None:
+        raise CtpError(
+            f"table {'.'.join(table.name())}: its head's manifest list {head.manifest_list} is not in the store"
+        )
+    older_than_head = listed.mtime - slack_s
     out = []
     for sub in ("metadata/", "published/"):
         for o in store.list_all(own[len(root) :] + sub):
             if o.key in keep or uri_of(store, o.key) in keep:
                 continue
-            if now_s - o.mtime >= grace_s:
+            if now_s - o.mtime >= grace_s and o.mtime < older_than_head:
                 out.append(o)
     return out
 

@@ -36,19 +36,26 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ctp_state import codec, crashpoints, layout, state as sm
+from ctp_state import crashpoints, layout, state as sm
 from ctp_state.codec import JsonObject
-from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
+from ctp_state.errors import CorruptData, CtpError
 from ctp_state.partition_state import L1Ref
 from ctp_state.storage import ObjectStore
 from ctp_state.table import register
 from ctp_state.table.catalog import NO_RETRIES, TOPIC_ID, CatalogConfig, identifier, location, uri_of
+from ctp_state.table.files import data_files
+from ctp_state.table.vector import (
+    PUBLISHED,
+    VectorMissing,
+    key_of,
+    read_vector,
+    vector_key,
+    vector_of_files,
+    write_vector,
+)
 from ctp_state.topic_meta import Topic
 
 log = logging.getLogger(__name__)
-
-PUBLISHED = "ctp.published"  # snapshot summary property: the key of the published vector
-VECTOR_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,7 @@ def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConf
             # GC removed a deleted incarnation's table (the catalog entry is the one thing it
             # cannot reach): drop that entry. Anything else is an error to look at.
             where = registered_location(catalog, ident)
-            if where is None or store.head(_key_of(store, where)) is not None:
+            if where is None or store.head(key_of(store, where)) is not None:
                 raise CtpError(f"table {name} does not load: {type(e).__name__}: {e}") from None
             log.warning("dropping table %s: its metadata %s is gone from the store", name, where)
             drop_if_at(catalog, ident, where)
@@ -203,31 +210,6 @@ def drop_if_at(catalog: Any, ident: tuple[str, str], metadata_location: str) -> 
     return True
 
 
-def _key_of(store: ObjectStore, uri: str) -> str:
-    prefix = store.url.rstrip("/") + "/"
-    return uri[len(prefix) :] if uri.startswith(prefix) else uri
-
-
-def read_vector(store: ObjectStore, key: str | None) -> dict[int, int]:
-    if key is None:
-        return {}
-    try:
-        body = codec.unseal(store.get(key), key, "published vector")
-    except ObjectNotFound:
-        raise CorruptData(key, "the table's head names a published vector that is not in the store") from None
-    if body.get("v") != VECTOR_VERSION or not isinstance(body.get("through"), list):
-        raise CorruptData(key, "not a published vector this ctp reads")
-    return {int(p): int(o) for p, o in body["through"]}
-
-
-def write_vector(store: ObjectStore, table: Any, t: Topic, vector: dict[int, int]) -> str:
-    """A new sealed vector, under the table's own location (``.../published/``)."""
-    key = _key_of(store, table.location().rstrip("/") + f"/published/{uuid.uuid4().hex}.json")
-    body = {"v": VECTOR_VERSION, "topic": t.name, "topic_id": t.id, "through": sorted(vector.items())}
-    store.put_if_absent(key, codec.seal(body))
-    return key
-
-
 def pending_files(states: list[sm.PartitionState], vector: dict[int, int]) -> list[tuple[int, L1Ref]]:
     """The committed L1 files past ``vector``, per partition in offset order. Pure."""
     out = []
@@ -255,12 +237,21 @@ def publish(
     *,
     read_states: Callable[[Topic], list[sm.PartitionState]],
     attempts: int = 10,
+    rebuild: bool = False,
 ) -> Published:
-    """Append to ``t``'s table every committed L1 file not yet in it, exactly once."""
+    """Append to ``t``'s table every committed L1 file not yet in it, exactly once.
+
+    A head that names a published vector no longer in the store is repaired from the
+    head's own data files; a head whose manifest list or manifests are gone from the
+    store cannot say what it holds, and the table is rebuilt: dropped (only at the
+    metadata it was judged by) and published again from the state log, which it
+    follows. ``rebuild`` does that whatever the head (``ctp table publish --rebuild``)."""
     from pyiceberg.exceptions import CommitFailedException
 
-    table = ensure_table(catalog, store, t, config)
     name = ".".join(identifier(config, t.name))
+    if rebuild:
+        _drop_own(catalog, store, t, config, "asked to rebuild it")
+    table = ensure_table(catalog, store, t, config)
     for attempt in range(1, attempts + 1):
         if attempt > 1:  # (the first attempt has the table ensure_table just loaded)
             try:
@@ -270,14 +261,30 @@ def publish(
         if table.properties.get(TOPIC_ID) != t.incarnation:
             raise TopicChanged(t, f"table {name} belongs to incarnation {table.properties.get(TOPIC_ID)}")
         head = table.current_snapshot()
+        repair = False
         try:
-            vector = read_vector(store, head.summary.additional_properties.get(PUBLISHED) if head else None)
-        except CorruptData:
+            vector = read_vector(store, vector_key(head))
+        except VectorMissing as e:
             if _head_moved(table, head):
                 continue  # the head moved on, and the GC swept what only the old one reached
+            # A head left naming a vector that is gone (an older ctp's sweep robbed a
+            # publish in flight, or a hand): its own data files say the same, checked.
+            try:
+                vector = vector_of_files(data_files(table), name)
+            except OSError as gone:
+                if not _head_files_missing(store, table):
+                    raise
+                _drop_own(catalog, store, t, config, f"its head's files are gone from the store ({gone})", table)
+                table = ensure_table(catalog, store, t, config)
+                continue
+            log.warning("table %s: %s; rebuilt from the head's data files, a new head names it", name, e)
+            repair = True
+        except CorruptData:
+            if _head_moved(table, head):
+                continue
             raise
         todo = pending_files(read_states(t), vector)
-        if not todo:
+        if not todo and not repair:
             return Published(t.name, t.id, name, head.snapshot_id if head else None, 0, 0, 0, attempt - 1, vector)
         new = dict(vector)
         keys = [layout.l1_key(t.name, p, ref.first, ref.last, t.key_id) for p, ref in todo]
@@ -290,18 +297,22 @@ def publish(
                 copied += 1
             chosen.append((uri_of(store, footer.key), footer))
             records += ref.last - ref.first + 1
-        vector_key = write_vector(store, table, t, new)
-        crashpoints.reached("publish_before_commit")
+        new_key = write_vector(store, table, t, new)
         tx = register.transaction(table)
         try:
             # (no duplicate check: it reads every manifest, and the vector already proves it)
-            register.append(tx, register.data_files(tx.table_metadata, chosen), {PUBLISHED: vector_key})
-        except OSError:
+            register.append(tx, register.data_files(tx.table_metadata, chosen), {PUBLISHED: new_key})
+        except OSError as gone:
             # The append reads the head's manifest list: gone means the head moved on and
             # the GC expired the one read here. Nothing was committed: from the new head.
             if _head_moved(table, head):
                 continue
-            raise
+            if not _head_files_missing(store, table):
+                raise
+            _drop_own(catalog, store, t, config, f"its head's manifest list is gone from the store ({gone})", table)
+            table = ensure_table(catalog, store, t, config)
+            continue
+        crashpoints.reached("publish_before_commit")
         try:
             table = tx.commit_transaction()  # the table as this commit left it
         except CommitFailedException:
@@ -310,7 +321,7 @@ def publish(
         except Exception as e:
             table = table.refresh()
             head = table.current_snapshot()
-            if head is None or head.summary.additional_properties.get(PUBLISHED) != vector_key:
+            if vector_key(head) != new_key:
                 log.warning("publish of %s: commit outcome unknown (%s); it did not land, again", name, e)
                 continue
         crashpoints.reached("publish_after_commit")
@@ -319,6 +330,37 @@ def publish(
             t.name, t.id, name, head.snapshot_id if head else None, len(chosen), records, copied, attempt, new
         )
     raise CtpError(f"publish of {name} lost {attempts} races in a row: is another publisher looping?")
+
+
+def _head_files_missing(store: ObjectStore, table: Any) -> bool:
+    """Whether the store says (absent, not unreadable) that a file the table's head needs
+    is gone: its manifest list, or a manifest it lists."""
+    head = table.current_snapshot()
+    if head is None:
+        return False
+    if store.head(key_of(store, head.manifest_list)) is None:
+        return True
+    return any(store.head(key_of(store, m.manifest_path)) is None for m in head.manifests(table.io))
+
+
+def _drop_own(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConfig, why: str, table: Any = None) -> None:
+    """Drop incarnation ``t``'s table at the metadata it was judged by (``table``, or as
+    the catalog names it now), so the next :func:`ensure_table` creates it again and the
+    publish fills it from the state log. A table of another incarnation is left alone."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    ident = identifier(config, t.name)
+    if table is None:
+        try:
+            table = catalog.load_table(ident)
+        except NoSuchTableError:
+            return
+        except (OSError, ValueError):
+            return  # its metadata does not load: ensure_table drops the entry if the store lost it
+    if table.properties.get(TOPIC_ID) != t.incarnation:
+        return
+    log.warning("rebuilding table %s from the state log: %s", ".".join(ident), why)
+    drop_if_at(catalog, ident, table.metadata_location)
 
 
 def _head_moved(table: Any, head: Any) -> bool:

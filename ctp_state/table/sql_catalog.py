@@ -28,6 +28,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ctp_state import crashpoints
+
 
 @functools.cache
 def sql_catalog_class() -> type:
@@ -61,6 +63,7 @@ def sql_catalog_class() -> type:
             if staged.metadata == base_metadata:  # nothing to change
                 return CommitTableResponse(metadata=base_metadata, metadata_location=base_location)  # type: ignore[call-arg]  # (as pyiceberg calls it: by field name)
             self._write_metadata(metadata=staged.metadata, io=staged.io, metadata_path=staged.metadata_location)
+            crashpoints.reached("table_commit_before_update")
             with Session(self.engine) as session:
                 result = session.execute(
                     update(IcebergTables)

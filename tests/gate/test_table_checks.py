@@ -17,7 +17,7 @@ from ctp_state.settings import GcSettings
 from ctp_state.table.catalog import uri_of
 from ctp_state.table.files import data_files
 from ctp_state.table.maintenance import CatalogTables
-from ctp_state.table.publish import PUBLISHED, write_vector
+from ctp_state.table.vector import PUBLISHED, write_vector
 from ctp_state.topics import get_topic
 from expectations.gate import GxGate
 from tests.support.table import do_publish, load, table_of

@@ -17,6 +17,7 @@ from ctp_state import l1, layout
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.table.files import data_files, published_vector
+from ctp_state.table.maintenance import CLOCK_SLACK_S
 from ctp_state.topics import create_topic, get_topic
 from tests.support import format1_encoder, plog
 from tests.support.table import READERS, committed, do_publish, load, read_pyiceberg, sortable, table_of
@@ -216,6 +217,8 @@ def test_expiry_and_the_sweep_leave_a_table_that_still_reads(store, config, tmp_
 
     create_topic(store, "t", 3)
     for r in range(5):
+        if r == 3:  # the sweep deletes only what is older than the head (S3 mtimes: whole seconds)
+            time.sleep(1 + CLOCK_SLACK_S)
         load(store, rounds=1, tag=f"e{r}-")
         do_publish(store, config, tmp_path)
     table = table_of(store, config, tmp_path)
@@ -251,10 +254,11 @@ def test_the_gc_expires_snapshots_and_deletes_what_nothing_reaches_on_its_audit_
 
     create_topic(store, "t", 2)
     for r in range(4):
+        if r == 3:  # the sweep deletes only what is older than the head, by the store's
+            time.sleep(1 + CLOCK_SLACK_S)  # clock: S3 mtimes are whole seconds
         load(store, rounds=1, partitions=2, tag=f"g{r}-")
         do_publish(store, config, tmp_path)
     before = sortable(read_pyiceberg(table_of(store, config, tmp_path), store))
-    time.sleep(1.5)  # the GC ages snapshots by the store's clock: S3 mtimes are whole seconds
     settings = GcSettings(l1_grace_s=0, table_keep_snapshots=1, table_snapshot_max_age_s=0)
     tables = CatalogTables(store, config, home=str(tmp_path), keep=1, max_age_s=0)
     rec = run_gc(store, gate=GxGate(str(tmp_path / "report")), config=settings, tables=tables)

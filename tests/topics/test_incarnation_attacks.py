@@ -226,10 +226,11 @@ class RecreateWhileReadingMarker(Wrapped):
 
 
 def test_a_late_run_from_the_old_incarnation_only_makes_the_marker_ignored(fstore):
-    """HELD. The late run's marker check fails (B's marker names the new incarnation),
-    it resumes from the partitions (all duplicates), and it overwrites B's marker with
-    the old incarnation: the next run ignores that marker, asks the partitions and writes
-    nothing again. Every record is there exactly once."""
+    """HELD. The late run's marker check fails (B's marker names the new incarnation).
+    The run is bound to the incarnation it looked up (round-four review, defect 1): it
+    writes nothing into the new one and no marker (its old incarnation's logs are gone,
+    so nothing is accepted), and B's marker stands: the next run writes nothing again.
+    Every record is there exactly once."""
     create_topic(fstore, "t", 2)
     rows = [("t", i % 2, Record(f"v{i}".encode(), None, 1000 + i)) for i in range(10)]
     digest = hashlib.sha256(json.dumps([r[2].value.decode() for r in rows]).encode()).hexdigest()
@@ -257,10 +258,11 @@ def test_a_late_run_from_the_old_incarnation_only_makes_the_marker_ignored(fstor
     finally:
         ingest.get_topic = real
     there = codec.unseal(fstore.get(layout.produce_marker(pid)), "marker", "produce marker")
-    assert there["topics"] == {"t": old.id} != {"t": get_topic(fstore, "t").id}  # the late run's, now
-    assert late.fired and a.completed_before is None and a.accepted == 0 and a.duplicates == 10
+    assert there["topics"] == {"t": get_topic(fstore, "t").id} != {"t": old.id}  # B's, still
+    assert late.fired and a.completed_before is None and a.accepted == 0 and a.duplicates == 0
+    assert a.rejected + a.not_sent + a.unknown == 10 and a.topics == {"t": old.id}, a.as_dict()
     c = produce_input(fstore, rows, producer_id=pid, digest=digest)
-    assert c.accepted == 0 and c.duplicates == 10
+    assert c.accepted == 0 and c.duplicates == 10 and c.completed_before is not None
     assert sorted(values(fstore, "t", 0) + values(fstore, "t", 1)) == sorted(r[2].value for r in rows)
 
 
