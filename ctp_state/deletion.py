@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from ctp_state import crashpoints, incarnations, layout, validate
 from ctp_state.entries import Init, Seal
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import CtpError, InvalidTransition
+from ctp_state.errors import ConfigError, CtpError, InvalidTransition
 from ctp_state.incarnations import NameState
 from ctp_state.partition_log import PartitionLog
 from ctp_state.storage import ObjectInfo, ObjectStore
@@ -55,6 +55,7 @@ class SealResult:
     initialized: int = 0  # partitions whose init (of a create still running) the seal had to go after
     errors: list[tuple[int, str]] = field(default_factory=list)
     already_deleted: bool = False  # the incarnation was deleted before this call (its seals finished now)
+    lost: bool = False  # an incarnation the history did not record, recorded lost and deleted (no seals)
 
 
 def seal_incarnation(
@@ -134,9 +135,16 @@ def delete_topic(
     if expect_id is not None:
         done = next((t for t, _ in st.deleting if t.incarnation == expect_id), None)
         gone = next((t for t in st.removed if t.incarnation == expect_id), None)
+        recorded = done or gone or (st.current if st.current and st.current.incarnation == expect_id else None)
+        if recorded is None:
+            return acknowledge_lost(store, st, expect_id), SealResult(lost=True)
     else:
         done = st.deleting[-1][0] if st.current is None and st.deleting else None
         gone = None
+        if st.current is not None:
+            _refuse_if_a_delete_is_unfinished(store, st, st.current)
+    if done is not None and done.incarnation in st.lost:
+        return done, SealResult(already_deleted=True, lost=True)  # nothing of a lost one is sealed
     if done is not None:
         log.info("%s (incarnation %s) was deleted already; finishing its seals", name, done.incarnation)
         res = seal_incarnation(store, done, threads=threads, on_progress=on_progress)
@@ -147,6 +155,68 @@ def delete_topic(
     t = incarnations.tombstone(store, name, expect_id=expect_id)
     crashpoints.reached("delete_after_tombstone")
     return t, seal_incarnation(store, t, threads=threads, on_progress=on_progress)
+
+
+def _refuse_if_a_delete_is_unfinished(store: ObjectStore, st: NameState, live: Topic) -> None:
+    """A delete without an id, while an earlier delete of the name left logs unsealed (a
+    ``ctp topic delete`` killed after its tombstone, then the name created again): the
+    operator may be running the interrupted command again, and the live incarnation is
+    not the one it chose. Say both, and delete neither."""
+    for t, _ in reversed(st.deleting):
+        if t.incarnation in st.lost:
+            continue
+        if not all(PartitionLog(store, t, p).read_state().sealed for p in range(t.partitions)):
+            raise CtpError(
+                f"topic {st.name}: incarnation {t.incarnation} was deleted and not every log of it is sealed yet "
+                f"(an interrupted delete), and incarnation {live.incarnation} is live now: say which with --id "
+                f"({t.incarnation} finishes that delete, {live.incarnation} deletes the live one)"
+            )
+
+
+def acknowledge_lost(store: ObjectStore, st: NameState, incarnation: str) -> Topic:
+    """Record ``incarnation`` of ``st.name``, which the name's history does not record,
+    as lost and deleted (``ctp topic delete NAME --id ID``). It must leave a trace: state
+    under its space in the store, or partitions the GC remembers of it. Its partition
+    count is the most either shows; the GC then stops refusing on it and removes what
+    is left of it after the grace period, without sealing (its logs may be partly gone)."""
+    from ctp_state.errors import TopicNotFound
+    from ctp_state.gc.history import GcHistory, reference_view
+
+    key_id = None if incarnation == "legacy" else incarnation
+    if key_id is not None and not layout.is_id_dir(f"{key_id}/", ""):
+        raise ConfigError(f"--id {incarnation!r} is not an incarnation id (32 lowercase hex digits, or 'legacy')")
+    partitions = 0
+    for root in (layout.LOGS_ROOT, layout.SNAPSHOTS_ROOT, layout.L1_ROOT):
+        top = f"{root}{layout.space(st.name, key_id)}/"
+        for d in store.list_level(top)[0]:
+            if layout.is_partition_dir(d, top) and next(iter(store.list(d)), None) is not None:
+                partitions = max(partitions, int(d[len(top) : -1]) + 1)
+    history = GcHistory(store)
+    _, remembered = reference_view(history, history.tail(GC_MEMORY_RECORDS, unreadable=[]))
+    for r in remembered:
+        if r.topic == st.name and (r.topic_id or "legacy") == incarnation:
+            partitions = max(partitions, r.partition + 1)
+    if partitions == 0:
+        live = f"; the live one is {st.current.incarnation}" if st.current is not None else ""
+        raise TopicNotFound(
+            f"{st.name} (incarnation {incarnation}: neither the topic's history, its state in the store nor the "
+            f"GC's memory knows it{live})"
+        )
+    t = Topic(st.name, partitions, 0, key_id, keyed=key_id is not None)
+    if incarnations.acknowledge_lost(store, t):
+        log.warning("%s: incarnation %s recorded lost and deleted (%d partitions)", st.name, incarnation, partitions)
+        return t
+    now = incarnations.read_name(store, st.name)
+    if now.current is not None and now.current.incarnation == incarnation:
+        raise CtpError(
+            f"topic {st.name}: incarnation {incarnation} is live (created meanwhile); run the delete again to delete it"
+        )
+    return next(x for x in now.deleted if x.incarnation == incarnation)  # recorded by a racing run
+
+
+#: How many of the newest GC records :func:`acknowledge_lost` looks through for the
+#: newest passing run's partition view (the one the GC checks partitions against).
+GC_MEMORY_RECORDS = 64
 
 
 # --- the GC's part ------------------------------------------------------------------------
@@ -246,22 +316,35 @@ def remove(
     if not any(st.deleting for st in names):
         return res
     ready, res.waiting = due(store, names, now_s=min(now_s, store_now(store)), grace_s=grace_s)
+    lost = {(st.name, x) for st in names for x in st.lost}
     for t in ready:
         what = f"{t.name} (incarnation {t.incarnation})"
         try:
-            sealed = seal_incarnation(store, t)
-            # A log whose init is gone while other entries remain is one an earlier run
-            # (killed, or failing on some keys) had begun to remove: it cannot be read,
-            # so it cannot be sealed, and it needs no seal -- nothing can append to it.
-            unsealed = [(p, why) for p, why in sealed.errors if not _removal_begun(store, t, p)]
-            if unsealed:
-                p, why = unsealed[0]
-                res.errors.append(f"{what}: partition {p} could not be sealed: {why}")
-                continue
+            if (t.name, t.incarnation) not in lost:  # a lost one's logs may be partly gone: no seals
+                sealed = seal_incarnation(store, t)
+                # A log whose init is gone while other entries remain is one an earlier run
+                # (killed, or failing on some keys) had begun to remove: it cannot be read,
+                # so it cannot be sealed, and it needs no seal -- nothing can append to it.
+                unsealed = [(p, why) for p, why in sealed.errors if not _removal_begun(store, t, p)]
+                if unsealed:
+                    p, why = unsealed[0]
+                    res.errors.append(f"{what}: partition {p} could not be sealed: {why}")
+                    continue
             ok = True
             for root in REMOVAL_ORDER:
                 objs = state_keys(store, t, root)
-                failed = delete(objs) if objs else set()
+                if root == layout.LOGS_ROOT:
+                    # Every log's offset 0 first, alone: a removal cut anywhere after it
+                    # leaves logs whose init is gone (begun, above), never an init with a
+                    # hole behind it (batches in flight at once land in any order), which
+                    # no reader could read and no run could seal.
+                    heads = [o for o in objs if o.key.endswith(f"/{0:020d}.json")]
+                    failed = delete(heads) if heads else set()
+                    if not failed:
+                        rest = [o for o in objs if not o.key.endswith(f"/{0:020d}.json")]
+                        failed = delete(rest) if rest else set()
+                else:
+                    failed = delete(objs) if objs else set()
                 res.deleted.extend(objs)
                 res.failed |= failed
                 crashpoints.reached("gc_remove_after_" + root.rstrip("/"))

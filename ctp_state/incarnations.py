@@ -7,7 +7,13 @@ each created if absent, so two writers can never both decide what came next:
 
 - ``delete`` -- a tombstone for the current incarnation (``ctp topic delete``);
 - ``create`` -- a new incarnation of a deleted name, with a fresh id (``ctp topic create``);
-- ``removed`` -- the GC removed a deleted incarnation's state (its logs, snapshots, L1).
+- ``removed`` -- the GC removed a deleted incarnation's state (its logs, snapshots, L1);
+- ``lost`` -- an incarnation the history does not record, acknowledged deleted by an
+  operator (``ctp topic delete NAME --id ID``): one whose metadata and files vanished
+  without a tombstone while the GC still remembers its partitions, or stray state logs
+  under an id of no incarnation. It counts as deleted from then on (the GC stops
+  refusing on it, and removes what is left of it); it was never live in this history.
+  A name whose first incarnation's metadata is gone has a history that begins with one.
 
 Nothing is ever overwritten or deleted here, so no late or repeated write can bring a
 deleted incarnation back or hide a new one (a conditional delete of the metadata would
@@ -45,6 +51,9 @@ class NameState:
     removed: tuple[Topic, ...] = ()
     #: The seq the next event takes.
     next_seq: int = 0
+    #: The incarnations (``Topic.incarnation``) among the deleted ones that were
+    #: acknowledged lost: no log of theirs is sealed (their state may be partly gone).
+    lost: frozenset[str] = frozenset()
 
     @property
     def deleted(self) -> tuple[Topic, ...]:
@@ -63,6 +72,11 @@ def _topic_of(e: TopicEvent) -> Topic:
 def fold(name: str, first: Topic | None, events: list[tuple[str, TopicEvent]]) -> NameState:
     """The name's state after ``first`` and ``events`` (``(key, event)`` in seq order). Pure."""
     current, deleting, removed = first, list[tuple[Topic, int]](), list[Topic]()
+    lost: set[str] = set()
+    if first is None and events and events[0][1].kind != "lost":
+        raise CorruptData(
+            events[0][0], f"topic history of {name} without its first incarnation {layout.topic_meta(name)}"
+        )
     for key, e in events:
         if e.name != name or e.kind not in TopicEvent.KINDS:
             raise CorruptData(key, f"topic history record of {e.name!r} ({e.kind}) under {name!r}")
@@ -73,6 +87,14 @@ def fold(name: str, first: Topic | None, events: list[tuple[str, TopicEvent]]) -
                 )
             deleting.append((current, e.seq))
             current = None
+        elif e.kind == "lost":
+            recorded = [current] if current is not None else []
+            if any(_same(t, e) for t in [*recorded, *(t for t, _ in deleting), *removed]):
+                raise CorruptData(
+                    key, f"incarnation {e.id or 'legacy'} of {name} acknowledged lost, but it is recorded"
+                )
+            deleting.append((_topic_of(e), e.seq))
+            lost.add(e.id or "legacy")
         elif e.kind == "create":
             if current is not None or e.id is None or not e.keyed:
                 raise CorruptData(key, f"new incarnation {e.id} of {name} while another is live")
@@ -82,7 +104,7 @@ def fold(name: str, first: Topic | None, events: list[tuple[str, TopicEvent]]) -
             if i is None:
                 raise CorruptData(key, f"removal of incarnation {e.id or 'legacy'} of {name}, which was not deleted")
             removed.append(deleting.pop(i)[0])
-    return NameState(name, current, tuple(deleting), tuple(removed), len(events))
+    return NameState(name, current, tuple(deleting), tuple(removed), len(events), frozenset(lost))
 
 
 def history(store: ObjectStore, name: str) -> DenseSequence[TopicEvent]:
@@ -114,9 +136,10 @@ def read_first(store: ObjectStore, name: str) -> Topic | None:
 def read_name(store: ObjectStore, name: str) -> NameState:
     """``name`` as the store holds it now (a GET, and a LIST of its history)."""
     first = read_first(store, name)
-    if first is None:
+    events = _events(store, name)
+    if first is None and not events:
         return NameState(name, None)
-    return fold(name, first, _events(store, name))
+    return fold(name, first, events)
 
 
 def all_names(store: ObjectStore) -> list[NameState]:
@@ -138,14 +161,11 @@ def all_names(store: ObjectStore) -> list[NameState]:
         events.setdefault(name, []).append((info.key, e))
     out = []
     for name in sorted(set(firsts) | set(events)):
-        if name not in firsts:
-            key = events[name][0][0]
-            raise CorruptData(key, f"topic history of {name} without its first incarnation {layout.topic_meta(name)}")
         evs = events.get(name, [])
         for i, (key, e) in enumerate(evs):
             if e.seq != i:
                 raise CorruptData(key, f"topic history of {name} has no record {i}")
-        out.append(fold(name, firsts[name], evs))
+        out.append(fold(name, firsts.get(name), evs))  # (a history without a first: refused unless lost)
     return out
 
 
@@ -250,8 +270,30 @@ def mark_removed(store: ObjectStore, t: Topic) -> bool:
     return _append(store, t.name, decide)[1] is not None
 
 
+def acknowledge_lost(store: ObjectStore, t: Topic) -> bool:
+    """Record incarnation ``t`` of ``t.name``, which the history does not record, as
+    lost and deleted; False if it is recorded already (a rerun, a racing operator)."""
+
+    def decide(st: NameState) -> TopicEvent | None:
+        recorded = [x for x in (st.current, *st.deleted) if x is not None]
+        if any(x.incarnation == t.incarnation and x.keyed == t.keyed for x in recorded):
+            return None
+        return TopicEvent(
+            kind="lost",
+            name=t.name,
+            id=t.id,
+            keyed=t.keyed,
+            partitions=t.partitions,
+            created_ms=t.created_ms,
+            at_ms=int(time.time() * 1000),
+        )
+
+    return _append(store, t.name, decide)[1] is not None
+
+
 __all__ = [
     "NameState",
+    "acknowledge_lost",
     "all_names",
     "current",
     "fold",

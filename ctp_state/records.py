@@ -152,10 +152,13 @@ class TopicEvent(StoredRecord, frozen=True, kw_only=True):
     (``meta/history/<topic>/<seq>.json``; :mod:`ctp_state.incarnations`)."""
 
     WHAT: ClassVar[str] = "topic history record"
-    KINDS: ClassVar[tuple[str, ...]] = ("delete", "create", "removed")
+    KINDS: ClassVar[tuple[str, ...]] = ("delete", "create", "removed", "lost")
 
     seq: int = -1  # set by the sequence that stores it
-    kind: str  # "delete": a tombstone; "create": a new incarnation; "removed": the GC removed a deleted one's state
+    #: "delete": a tombstone; "create": a new incarnation; "removed": the GC removed a
+    #: deleted one's state; "lost": an incarnation the history does not record (its
+    #: metadata gone, or only stray state of it left), acknowledged deleted by an operator
+    kind: str
     name: str
     id: str | None  # the incarnation (None: the name's first topic, created before ids)
     keyed: bool = True  # whether the id is part of the incarnation's keys

@@ -102,11 +102,15 @@ def unaccounted_logs(
             get_topic(store, name)
             continue  # created after ``topics`` was listed: its inits carry an epoch >= C (R4)
         except TopicNotFound:
+            if next(iter(store.list(d)), None) is None:
+                continue  # an emptied directory some S3 servers keep listing
+            ids = _spaces_under(store, d)
             problems.append(
                 (
                     name,
                     -1,
-                    f"state logs exist under {d} but the topic has no metadata ({layout.topic_meta(name)} is missing)",
+                    f"state logs exist under {d} but the topic has no metadata ({layout.topic_meta(name)} is missing); "
+                    + _acknowledge(name, ids),
                 )
             )
         except CtpError as e:
@@ -132,7 +136,16 @@ def unaccounted_logs(
             if d in fresh:
                 continue  # an incarnation created after the names were read (R4: its inits carry an epoch >= C)
             if next(iter(store.list(d)), None) is not None:  # an emptied directory some S3 servers keep listing
-                problems.append((name, -1, f"state logs exist under {d} but belong to no incarnation of {name}"))
+                which = d[len(top) : -1]
+                ids = [which] if layout.is_id_dir(d, top) else ["legacy"] if layout.is_partition_dir(d, top) else []
+                problems.append(
+                    (
+                        name,
+                        -1,
+                        f"state logs exist under {d} but belong to no incarnation of {name}; "
+                        + _acknowledge(name, ids),
+                    )
+                )
         if t is None:
             continue
         part_dirs = store.list_level(own)[0] if own is not None and t.key_id is not None else dirs
@@ -153,6 +166,22 @@ def unaccounted_logs(
                     )
                 )
     return problems
+
+
+def _spaces_under(store: ObjectStore, top: str) -> list[str]:
+    """The incarnations whose state logs ``top`` (``logs/<name>/``) holds: each id
+    directory, and ``legacy`` for partition directories of keys named by the topic."""
+    dirs = store.list_level(top)[0]
+    ids = [d[len(top) : -1] for d in dirs if layout.is_id_dir(d, top)]
+    return ids + (["legacy"] if any(layout.is_partition_dir(d, top) for d in dirs) else [])
+
+
+def _acknowledge(name: str, ids: list[str]) -> str:
+    """What an operator runs to record an incarnation nobody recorded as deleted."""
+    if not ids:
+        return "nothing ctp wrote is named so: move it out of logs/ by hand"
+    cmds = " and ".join(f"`ctp topic delete {name} --id {i}`" for i in ids)
+    return f"if it is not to be kept, {cmds} records it deleted (the GC then removes it)"
 
 
 def facts(s: sm.PartitionState) -> PartitionFacts:

@@ -288,7 +288,7 @@ def verify_cluster(store: ObjectStore) -> list[Finding]:
     try:
         names = all_names(store)  # read once: the live topics and every name's history
         topics = [st.current for st in names if st.current is not None]
-        for t, p, why in unaccounted_logs(store, topics, names):
+        for t, p, why in unaccounted_logs(store, topics, names) + _vanished(store, topics, names):
             out.append(Finding(ERROR, t if p < 0 else f"{t}/{p}", why + "; the GC will not run until this is fixed"))
     except CtpError as e:
         out.append(Finding(ERROR, "cluster", f"the topics cannot be read: {e}"))
@@ -339,6 +339,24 @@ def verify_cluster(store: ObjectStore) -> list[Finding]:
             except CtpError as e:
                 out.append(Finding(ERROR, "cluster", f"{what} record {n} does not read: {e}", seq.key(n)))
     return out
+
+
+def _vanished(store: ObjectStore, topics: list[Topic], names: list[NameState]) -> list[tuple[str, int, str]]:
+    """Partitions the GC remembers that vanished without a tombstone (what its run
+    refuses on, :func:`ctp_state.gc.inputs.vanished`)."""
+    from ctp_state.gc.history import reference_view
+    from ctp_state.gc.inputs import vanished
+    from ctp_state.settings import GcSettings
+
+    history = GcHistory(store)
+    ref, rows = reference_view(history, history.tail(GcSettings.history_tail, unreadable=[]))
+    if ref is None:
+        return []
+    live = {t.name: t.id for t in topics}
+    same = [r for r in rows if r.topic not in live or live[r.topic] == r.topic_id]
+    now = {(t.name, p) for t in topics for p in range(t.partitions)}
+    deleted = frozenset((st.name, t.incarnation) for st in names for t in st.deleted)
+    return vanished(ref.seq, same, now, deleted)
 
 
 def verify(

@@ -56,7 +56,13 @@ def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, 
 
 @topic.command("delete")
 @click.argument("name")
-@click.option("--id", "expect_id", help="Delete only if the live incarnation has this id (as `topic list` shows).")
+@click.option(
+    "--id",
+    "expect_id",
+    help="Delete only the incarnation with this id (as `topic list` shows). An id the topic's history does not "
+    "record (a topic whose files vanished, stray logs; `legacy` for keys named by the topic) is recorded lost "
+    "and deleted, as the GC's and `ctp verify`'s messages suggest.",
+)
 @command
 def topic_delete(store: ObjectStore, as_json: bool, name: str, expect_id: str | None) -> None:
     """Delete topic NAME: a tombstone, then every partition log sealed; the GC removes
@@ -81,10 +87,14 @@ def topic_delete(store: ObjectStore, as_json: bool, name: str, expect_id: str | 
             "partitions": t.partitions,
             "sealed": res.sealed + res.already,
             "already_deleted": res.already_deleted,
+            "lost": res.lost,
             "errors": errors,
         },
         (
-            f"topic {t.name} (incarnation {t.incarnation}) was deleted already; its {t.partitions} partition logs "
+            f"incarnation {t.incarnation} of topic {t.name} ({t.partitions} partitions), which its history did not "
+            f"record, is recorded lost and deleted in {store.url}; the GC no longer waits for it; "
+            if res.lost
+            else f"topic {t.name} (incarnation {t.incarnation}) was deleted already; its {t.partitions} partition logs "
             f"are sealed now in {store.url}; "
             if res.already_deleted
             else f"deleted topic {t.name} (incarnation {t.incarnation}, {t.partitions} partitions) in {store.url}; "

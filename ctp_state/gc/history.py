@@ -167,3 +167,20 @@ def high_water(recs: list[GcRecord]) -> int | None:
             if v is not None and (best is None or v > best):
                 best = v
     return best
+
+
+def reference_view(
+    history: GcHistory, tail: list[GcRecord], skipped: list[tuple[int, str]] | None = None
+) -> tuple[GcRecord | None, list[GcPartitionView]]:
+    """The GC's memory of the partitions: the newest passing run in ``tail`` whose
+    partition view reads, and that view (a view that does not read is put in
+    ``skipped`` as ``(seq, why)`` and the run before it is tried)."""
+    for r in reversed(tail):
+        if not r.passed or not r.partitions_key:
+            continue
+        try:
+            return r, history.read_partitions(r.partitions_key)
+        except (CorruptData, ObjectNotFound) as e:
+            if skipped is not None:
+                skipped.append((r.seq, f"its partition view does not read: {e}"))
+    return None, []

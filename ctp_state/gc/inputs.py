@@ -13,7 +13,7 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, StateUnreadable
 from ctp_state.incarnations import NameState, all_names
 from ctp_state.partition_state import L1Ref
-from ctp_state.records import ReconcileSummary
+from ctp_state.records import GcPartitionView, ReconcileSummary
 from ctp_state.status import reconcile_summaries, try_read_partition_states, unaccounted_logs
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import Topic
@@ -129,6 +129,26 @@ def gather_all(store: ObjectStore, *, threads: int = 32) -> Gathered:
     views = [PartitionView.of_state(s, ids[s.topic]) for s in states]  # type: ignore[arg-type,union-attr]
     deleted = frozenset((st.name, t.incarnation) for st in names for t in st.deleted)
     return Gathered(c, views, deleted, names)
+
+
+def vanished(
+    seq: int, remembered: list[GcPartitionView], now: set[tuple[str, int]], deleted: frozenset[tuple[str, str]]
+) -> list[tuple[str, int, str]]:
+    """Partitions GC run ``seq`` saw (``remembered``, of the incarnations live now or of
+    none) that are neither live (``now``) nor of a deleted incarnation: their state
+    vanished without a tombstone (R4, R9: the GC must not forget them by itself), each
+    with the command that records it deleted. Pure."""
+    return [
+        (
+            r.topic,
+            r.partition,
+            f"the GC run {seq} saw this partition of incarnation {r.topic_id or 'legacy'}, and the topic metadata "
+            f"no longer lists it; if the topic is gone for good, `ctp topic delete {r.topic} --id "
+            f"{r.topic_id or 'legacy'}` records it deleted",
+        )
+        for r in remembered
+        if (r.topic, r.partition) not in now and (r.topic, r.topic_id or "legacy") not in deleted
+    ]
 
 
 def quarantined_of(summary: ReconcileSummary | None) -> dict[tuple[str, int], tuple[str | None, str]]:

@@ -30,11 +30,11 @@ from typing import Any
 import pyarrow as pa
 
 from ctp_state.codec import JsonObject
-from ctp_state.errors import CorruptData, ObjectNotFound, StateUnreadable
+from ctp_state.errors import StateUnreadable
 from ctp_state.gc import l1_sweep
 from ctp_state.gc.alert import m_alert
-from ctp_state.gc.history import GcHistory, high_water
-from ctp_state.gc.inputs import PartitionView, gather_all, newest_summary, quarantined_of
+from ctp_state.gc.history import GcHistory, high_water, reference_view
+from ctp_state.gc.inputs import PartitionView, gather_all, newest_summary, quarantined_of, vanished
 from ctp_state.gc.safe_epoch import Holdback, MDecision, PartitionStatus, compute_m, partition_status
 from ctp_state.gc.table_hook import TableHeads, TableHook
 from ctp_state.gc.tables import (
@@ -45,7 +45,7 @@ from ctp_state.gc.tables import (
     table_partitions_table,
 )
 from ctp_state.incarnations import NameState
-from ctp_state.records import GcAlert, GcPartitionView, GcRecord, HeldBy
+from ctp_state.records import GcAlert, GcRecord, HeldBy
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
 
@@ -145,18 +145,7 @@ def prepare(
     watermarks: dict[tuple[str, int], tuple[int, int]] = {}
     # The reference for lower bounds and L1 watermarks: the newest passing run's view
     # that reads (a dry run's view carries the watermarks it was given, unchanged).
-    ref: GcRecord | None = None
-    pt: list[GcPartitionView] = []
-    for r in reversed(passed):
-        if not r.partitions_key:
-            continue
-        try:
-            pt = history.read_partitions(r.partitions_key)
-        except (CorruptData, ObjectNotFound) as e:
-            skipped.append((r.seq, f"its partition view does not read: {e}"))
-            continue
-        ref = r
-        break
+    ref, pt = reference_view(history, passed, skipped)
     if ref:
         # What the reference run learnt of a partition holds only for the same incarnation
         # of its topic: a topic deleted and created again (with any partition count)
@@ -164,12 +153,7 @@ def prepare(
         # no earlier lower bound, and the old incarnation's partitions are not "gone".
         incarnation = {v.topic: v.topic_id for v in views}
         same = [r for r in pt if r.topic not in incarnation or incarnation[r.topic] == r.topic_id]
-        now = {(v.topic, v.partition) for v in views}
-        gone = [
-            (r.topic, r.partition, f"the GC run {ref.seq} saw this partition, the topic metadata no longer lists it")
-            for r in same
-            if (r.topic, r.partition) not in now and (r.topic, r.topic_id or "legacy") not in gathered.deleted
-        ]
+        gone = vanished(ref.seq, same, {(v.topic, v.partition) for v in views}, gathered.deleted)
         if gone:
             raise StateUnreadable(gone)
         previous_lb = {
