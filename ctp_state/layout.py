@@ -198,6 +198,12 @@ def l1_key(topic: str, partition: int, first: int, last: int, topic_id: str | No
     return f"{l1_partition_prefix(topic, partition, topic_id)}{first:020d}-{last:020d}.parquet"
 
 
+def l1_copy_key(topic: str, partition: int, first: int, last: int, topic_id: str | None = None) -> str:
+    """Where a table keeps the format 2 copy of the format 1 L1 file of ``first``-``last``
+    (:func:`ctp_state.table.publish.copy_format1`)."""
+    return f"{TABLES_ROOT}{space(topic, topic_id)}/copies/{partition:06d}/{first:020d}-{last:020d}.parquet"
+
+
 def l1_partition_prefix(topic: str, partition: int, topic_id: str | None = None) -> str:
     """Where one partition's L1 files live (listing it lists them in offset order)."""
     return f"{L1_ROOT}{space(topic, topic_id)}/{partition:06d}/"

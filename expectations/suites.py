@@ -137,6 +137,15 @@ def table_files() -> gx.ExpectationSuite:
         _equal("min_offset", "first_offset", "a table file's offsets start where its name says", skip_missing=True),
         _equal("max_offset", "last_offset", "a table file's offsets end where its name says", skip_missing=True),
         gxe.ExpectColumnValuesToBeUnique(column="path", meta={"why": "I2: a file is in a table once"}),
+        # (null: the table's incarnation was deleted or re-created after the table was read)
+        gxe.ExpectColumnValuesToBeInSet(
+            column="committed",
+            value_set=[True],
+            meta={
+                "why": "a table file is a committed L1 file of the live incarnation (its path, not only its name): "
+                "no partition, file or copy the state log does not commit"
+            },
+        ),
     )
 
 

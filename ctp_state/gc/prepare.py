@@ -209,7 +209,7 @@ def prepare(
         ),
         "partition_state": state_table(views, previous_lb, decision.m),
         "l1_files": l1_sweep.check_table(sweeps),
-        "table_files": table_files_table(heads.heads),
+        "table_files": table_files_table(heads.heads, views, store.url.rstrip("/") + "/"),
         "table_partitions": table_partitions_table(heads.heads, views),
     }
     return Prepared(
@@ -258,6 +258,11 @@ def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
                 f"{row['published_through']}, its state log has reconciled only through {rec}"
             )
     for row in p.frames["table_files"].to_pylist():
+        if row["committed"] is False:
+            failures.append(
+                f"backstop: table {row['table']} partition {row['partition']}: file {row['path']} is not a committed "
+                f"L1 file of the topic's live incarnation (offsets {row['first_offset']}-{row['last_offset']})"
+            )
         if row["first_offset"] != row["expected_first_offset"]:
             failures.append(
                 f"backstop: table {row['table']} partition {row['partition']}: file {row['path']} starts at "

@@ -3,6 +3,7 @@ view the history keeps."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ from ctp_state.records import GcRecord
 
 if TYPE_CHECKING:
     from ctp_state.gc.inputs import PartitionView
-    from ctp_state.gc.table_hook import TableHead
+    from ctp_state.gc.table_hook import TableFile, TableHead
     from ctp_state.storage import ObjectInfo
 
 
@@ -199,6 +200,10 @@ TABLE_FILES_SCHEMA = pa.schema(
         ("min_offset", pa.int64()),
         ("max_offset", pa.int64()),
         ("path", pa.string()),
+        # the file is the live incarnation's committed L1 file of its range (or that
+        # file's format 2 copy); null when the table's incarnation has no state beside it
+        # (deleted or re-created after the table was read)
+        ("committed", pa.bool_()),
     ]
 )
 TABLE_PARTITIONS_SCHEMA = pa.schema(
@@ -213,10 +218,15 @@ TABLE_PARTITIONS_SCHEMA = pa.schema(
 )
 
 
-def table_files_table(heads: Sequence[TableHead]) -> pa.Table:
+def table_files_table(heads: Sequence[TableHead], views: Sequence[PartitionView] = (), root: str = "") -> pa.Table:
     """One row per data file of each table's head, in partition and offset order, with
     the offset the file must start at for the partition's files to tile it from 0 (I2 in
-    the table: no gap, no overlap)."""
+    the table: no gap, no overlap), and whether it is the live incarnation's committed
+    L1 file of its range (``views``: the partitions' states, read after the tables;
+    ``root``: the store's URL, ending in '/', that the tables' paths begin with). A
+    file's name says its range; only its path says whose it is. Pure."""
+    by_partition = {(v.topic, v.topic_id, v.partition): v for v in views}
+    live = {(v.topic, v.topic_id) for v in views}
     rows = []
     for h in heads:
         expected: dict[int, int] = {}
@@ -234,10 +244,24 @@ def table_files_table(heads: Sequence[TableHead]) -> pa.Table:
                     "min_offset": f.min_offset,
                     "max_offset": f.max_offset,
                     "path": f.path,
+                    "committed": _committed(by_partition.get((h.topic, h.topic_id, f.partition)), f, root)
+                    if (h.topic, h.topic_id) in live
+                    else None,
                 }
             )
             expected[f.partition] = f.last_offset + 1
     return pa.Table.from_pylist(rows, schema=TABLE_FILES_SCHEMA)
+
+
+def _committed(v: PartitionView | None, f: TableFile, root: str) -> bool:
+    """Whether ``f`` is partition ``v``'s committed L1 file of its range, or its copy."""
+    if v is None:
+        return False  # a partition the live incarnation does not have
+    i = bisect.bisect_left(v.l1_ends, f.last_offset)
+    if i == len(v.l1_ends) or v.l1_ends[i] != f.last_offset or (v.l1_ends[i - 1] + 1 if i else 0) != f.first_offset:
+        return False
+    args = (v.topic, v.partition, f.first_offset, f.last_offset, v.key_id)
+    return f.path in (root + layout.l1_key(*args), root + layout.l1_copy_key(*args))
 
 
 def table_partitions_table(heads: Sequence[TableHead], views: Sequence[PartitionView]) -> pa.Table:

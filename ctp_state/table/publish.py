@@ -384,9 +384,6 @@ def copy_format1(store: ObjectStore, t: Topic, partition: int, key: str, crc32c:
 
     table = l1.read_l1(store, key, crc32c).replace_schema_metadata(None)
     name = layout.parse_l1_key(key)
-    copy = (
-        f"{layout.TABLES_ROOT}{layout.space(t.name, t.key_id)}/copies/{partition:06d}/"
-        f"{name.first:020d}-{name.last:020d}.parquet"
-    )
+    copy = layout.l1_copy_key(t.name, partition, name.first, name.last, t.key_id)
     l1.write_once(store, copy, l1.encode_parquet(table, t.name, partition, topic_id=t.key_id), table)
     return copy

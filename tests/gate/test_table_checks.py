@@ -196,3 +196,45 @@ def test_a_topic_deleted_and_created_again_between_the_two_reads_does_not_stop_t
 
     rec = run_gc(store, gate=GxGate(str(tmp_path / "report")), config=GcSettings(), tables=DeletedInBetween())
     assert rec.status == "ok" and rec.gate.success
+
+
+# --- round-four review, suspect: the checks read only a file's <first>-<last> name -----------
+
+
+def test_a_table_file_that_is_not_a_committed_l1_file_stops_the_gc(published, config, tmp_path):
+    """A rogue commit swaps in, for reconciled offsets 8-11, a file at another key with
+    the same name tail and the same rows (a copy under another incarnation's space): it
+    tiles, it holds the range its name gives, the vector agrees -- and it is not the file
+    the live incarnation's log commits."""
+    store = published
+    t = get_topic(store, "t")
+    mine = layout.l1_key("t", 0, 8, 11, t.key_id)
+    elsewhere = layout.l1_key("t", 0, 8, 11, "0123456789abcdef0123456789abcdef")
+    store.put(elsewhere, store.get(mine))
+    rogue_append(store, config, tmp_path, [elsewhere], {0: 11, 1: 7, 2: 7})
+    assert_stopped(store, config, tmp_path, "committed L1 file")
+    p = prepare(store, GcSettings(dry_run=True), tables=tables_of(store, config, tmp_path))
+    _, failures = check(p, lambda frames: GateResult(True, []))
+    assert any("is not a committed L1 file" in f and elsewhere in f for f in failures), failures
+
+
+def test_a_table_partition_the_live_incarnation_does_not_have_stops_the_gc(published, config, tmp_path):
+    """A rogue commit adds partition 7 to a 3-partition topic's table (a file named like
+    an L1 key of partition 7, and a vector that claims it)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    store = published
+    t = get_topic(store, "t")
+    rows = pq.read_table(io.BytesIO(store.get(layout.l1_key("t", 0, 0, 3, t.key_id))))
+    at = rows.schema.get_field_index("partition")
+    rows = rows.set_column(at, rows.schema.field(at), pa.array([7] * rows.num_rows, rows.schema.field(at).type))
+    out = io.BytesIO()
+    pq.write_table(rows, out)
+    stray = layout.l1_key("t", 7, 0, 3, t.key_id)
+    store.put(stray, out.getvalue())
+    rogue_append(store, config, tmp_path, [stray], {0: 7, 1: 7, 2: 7, 7: 3})
+    assert [f.partition for f in data_files(table_of(store, config, tmp_path))].count(7) == 1
+    assert_stopped(store, config, tmp_path, "committed L1 file")
