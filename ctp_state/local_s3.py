@@ -266,4 +266,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ctp_state.process_exit import run as run_and_leave
+
+    run_and_leave(main)

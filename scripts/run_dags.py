@@ -229,8 +229,12 @@ def main() -> None:
 
 if __name__ == "__main__":
     from ctp_state.errors import CtpError
+    from ctp_state.process_exit import run as run_and_leave
 
-    try:
-        main()
-    except CtpError as e:  # a one-line cause, as the CLI gives
-        sys.exit(f"error: {e}")
+    def entry() -> None:
+        try:
+            main()
+        except CtpError as e:  # a one-line cause, as the CLI gives
+            sys.exit(f"error: {e}")
+
+    run_and_leave(entry)  # the demo's status, whatever pyarrow does at teardown (ctp_state.process_exit)

@@ -110,4 +110,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ctp_state.process_exit import run as run_and_leave
+
+    run_and_leave(main)  # the driver's status reaches spark-submit, whatever pyarrow does at teardown

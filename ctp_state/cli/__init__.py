@@ -22,4 +22,14 @@ from ctp_state.cli import (
 )
 from ctp_state.cli.framework import main
 
-__all__ = ["main"]
+
+def run() -> None:
+    """The ``ctp`` command: :data:`main`, leaving the process with its status
+    (:mod:`ctp_state.process_exit`: no native teardown can turn a finished command's
+    status into an abort)."""
+    from ctp_state.process_exit import run as run_and_leave
+
+    run_and_leave(main)
+
+
+__all__ = ["main", "run"]

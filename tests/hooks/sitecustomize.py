@@ -12,6 +12,8 @@ spark-submit drivers and their Python workers alike.
 * **Small producer memory.** ``CTP_TEST_PRODUCER_MEMORY=max,epochs`` sets
   ``ctp_state.state.MAX_PRODUCERS`` and ``PRODUCER_RETENTION_EPOCHS`` (tests of what
   happens after a partition forgot a producer).
+* **An abort at exit.** ``CTP_TEST_ABORT_AT_EXIT=1`` registers a native exit handler that
+  aborts the process, as pyarrow's thread pools sometimes do at teardown.
 * **Planted bugs** for the self-tests of the simulation and the race tests:
   ``CTP_SIM_PLANT`` names one, and it is then in every process, as a bug in the code
   would be. Unset, nothing changes.
@@ -78,6 +80,18 @@ if _MEMORY:
     from ctp_state import state as _sm_memory
 
     _sm_memory.MAX_PRODUCERS, _sm_memory.PRODUCER_RETENTION_EPOCHS = (int(x) for x in _MEMORY.split(","))
+
+if os.environ.get("CTP_TEST_ABORT_AT_EXIT"):
+    # What pyarrow sometimes does to a finished process (apache/arrow#34314): a native
+    # teardown handler that ends it with SIGABRT. Registered as C++ static destructors
+    # are (__cxa_atexit), so it runs exactly where theirs do: in exit(), after the
+    # interpreter finalized. A process that leaves through ctp_state.process_exit never
+    # gets there, and keeps its status.
+    import ctypes as _ctypes
+
+    _libc = _ctypes.CDLL(None)
+    _libc.__cxa_atexit.argtypes = [_ctypes.c_void_p, _ctypes.c_void_p, _ctypes.c_void_p]
+    _libc.__cxa_atexit(_ctypes.cast(_libc.abort, _ctypes.c_void_p), None, None)
 
 _PLANT = os.environ.get("CTP_SIM_PLANT")
 
