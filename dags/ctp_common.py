@@ -11,8 +11,8 @@ Configuration, first match wins:
 - S3 endpoint and credentials: connection ``ctp_s3`` (type aws: login = access key,
   password = secret key, extra ``{"endpoint_url": ..., "region_name": ...}``), else the
   environment (``CTP_S3_ENDPOINT_URL``, ``AWS_*``), else boto3's own sources;
-- report directory: Variable ``ctp_report_dir``, else ``$CTP_REPORT_DIR``, else
-  ``$AIRFLOW_HOME/ctp/report``;
+- report directory: Variable ``ctp_report_dir``, else ``$CTP_REPORT_DIR``, else the
+  store's own ``$AIRFLOW_HOME/ctp/reports/<store name>-<hash>/``;
 - alert hook: Variable ``ctp_alert_callback``, else ``$CTP_ALERT_CALLBACK``, a
   ``module:function`` called with the task context when the GC DAG's ``check_m`` task
   fails (see :func:`on_ctp_alert`).
@@ -97,9 +97,17 @@ def _s3_env() -> dict[str, str]:
 def resolve() -> CtpConfig:
     """The store, the report directory and S3 settings, resolved now (inside a task)."""
     store = _variable("ctp_store") or os.environ.get("CTP_STORE") or "file://" + os.path.join(_home(), "ctp", "store")
-    report = _variable("ctp_report_dir") or os.environ.get("CTP_REPORT_DIR") or os.path.join(_home(), "ctp", "report")
+    report = _variable("ctp_report_dir") or os.environ.get("CTP_REPORT_DIR") or store_report_dir(store)
     catalog = _variable("ctp_catalog_uri") or os.environ.get("CTP_CATALOG_URI") or None
     return CtpConfig(store, report, _s3_env(), catalog)
+
+
+def store_report_dir(store: str) -> str:
+    """Each store's own report directory under ``$AIRFLOW_HOME/ctp/reports/``, so that
+    two stores never share one (a report directory refuses a second store)."""
+    from expectations.job import store_report_dir as under
+
+    return under(os.path.join(_home(), "ctp", "reports"), store)
 
 
 def open_store(cfg: CtpConfig):

@@ -37,8 +37,8 @@ trigger form. Tasks:
    time, what holds M back, every partition's status worst first, deletes per run with
    their epochs and sample keys, every validation result linked) next to the Data Docs,
    readable offline, in the
-   report directory (Variable `ctp_report_dir`, `$CTP_REPORT_DIR`, or
-   `$AIRFLOW_HOME/ctp/report`); with `publish_report` also into the store under
+   report directory (Variable `ctp_report_dir`, `$CTP_REPORT_DIR`, or the store's own
+   `$AIRFLOW_HOME/ctp/reports/<store name>-<hash>/`); with `publish_report` also into the store under
    `reports/gc/`.
 
 The `ctp://gc/history` Asset event of every run carries `m`, `cluster_epoch`,

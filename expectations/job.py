@@ -23,8 +23,8 @@ from expectations.report import PartitionsView, partitions_view, publish, write_
 REPORT_RUNS = 200  # runs shown on the summary page
 
 
-def default_report_dir(store_url: str, home: str) -> str:
-    """The report directory of one store: ``<home>/.ctp/reports/<name>-<hash>``, the
+def store_report_dir(root: str, store_url: str) -> str:
+    """The report directory of one store under ``root``: ``<root>/<name>-<hash>``, the
     name being the URL's last path segment (or bucket) and the hash the first 12 hex of
     the SHA-256 of the redacted URL, so two stores never share (and so never overwrite)
     a report, and the same store always finds its own."""
@@ -36,7 +36,13 @@ def default_report_dir(store_url: str, home: str) -> str:
     url = redact_url(store_url).rstrip("/")
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", url.rsplit("/", 1)[-1] or "store")[:40].strip("._") or "store"
     digest = hashlib.sha256(url.encode()).hexdigest()[:12]
-    return os.path.join(home, ".ctp", "reports", f"{name}-{digest}")
+    return os.path.join(root, f"{name}-{digest}")
+
+
+def default_report_dir(store_url: str, home: str) -> str:
+    """The report directory of one store for a command: ``<home>/.ctp/reports/<name>-<hash>``
+    (:func:`store_report_dir`; the DAGs keep theirs under ``$AIRFLOW_HOME/ctp/reports/``)."""
+    return store_report_dir(os.path.join(home, ".ctp", "reports"), store_url)
 
 
 def report_dir_from_env(env: Mapping[str, str], store_url: str) -> str:

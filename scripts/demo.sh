@@ -11,25 +11,37 @@
 #   scripts/demo.sh --s3 [--cli]
 #                              the same, on a real S3 protocol: a local SeaweedFS server
 #                              (loopback only, generated credentials, data under
-#                              .ctp-demo/seaweedfs), started before and stopped after
+#                              .ctp-demo/seaweedfs; report, Airflow and catalog under
+#                              .ctp-demo/s3/), started before and stopped after
+# The modes run in any order in one checkout: each store keeps its own report directory,
+# Airflow home and Iceberg catalog.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$repo/scripts/bootstrap.sh"
 source "$repo/scripts/env.sh"
 demo="$repo/.ctp-demo"
-export CTP_STORE="${CTP_STORE:-file://$demo/store}"
-export CTP_REPORT_DIR="${CTP_REPORT_DIR:-$demo/report}"
-export AIRFLOW_HOME="${AIRFLOW_HOME:-$demo/airflow}"
-# Embedded defaults: SQLite in AIRFLOW_HOME, whatever the calling shell says.
-unset AIRFLOW__DATABASE__SQL_ALCHEMY_CONN
 
+# Each store has everything of its own under .ctp-demo/: the file store's report,
+# Airflow home and catalog sit at the top (and its catalog beside the store), the S3
+# store's under .ctp-demo/s3/. So any mode runs after any other in one checkout.
 s3=()
 if [ "${1:-}" = --s3 ]; then
   shift
   # The store is a prefix of the server's bucket; the server's settings reach every
   # child (Airflow tasks, spark-submit) through the environment.
   s3=(python -m ctp_state.local_s3 --dir "$demo/seaweedfs" --prefix demo --)
+  mine="$demo/s3"
+  export CTP_CATALOG_URI="${CTP_CATALOG_URI:-sqlite:///$mine/catalog.db}"
+else
+  mine="$demo"
+  export CTP_STORE="${CTP_STORE:-file://$demo/store}"
 fi
+mkdir -p "$mine"
+export CTP_REPORT_DIR="${CTP_REPORT_DIR:-$mine/report}"
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$mine/airflow}"
+export CTP_DEMO_DIR="${CTP_DEMO_DIR:-$demo}"  # the UI's password and JWT secret
+# Embedded defaults: SQLite in AIRFLOW_HOME, whatever the calling shell says.
+unset AIRFLOW__DATABASE__SQL_ALCHEMY_CONN
 case "${1:-}" in
   --ui) shift; [ ${#s3[@]} = 0 ] || { echo "error: --s3 does not combine with --ui" >&2; exit 2; }
         exec "$repo/scripts/ui.sh" "$@" ;;

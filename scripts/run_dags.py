@@ -8,7 +8,8 @@ generates traffic while the epoch DAG advances the cluster epoch, then runs the
 reconcile DAG (spark-submit through ``spark_default``, ``local[2]`` unless set) and the
 GC DAG (gate, collect, report), and prints what happened: epochs, records reconciled,
 M, objects deleted, and where the report is. The store is ``$CTP_STORE`` (default
-``.ctp-demo/store``); the report goes to ``$CTP_REPORT_DIR`` (default ``.ctp-demo/report``).
+``.ctp-demo/store``); the report goes to ``$CTP_REPORT_DIR`` (default ``.ctp-demo/report``
+for that store, the store's own directory under ``$AIRFLOW_HOME/ctp/reports/`` for another).
 Exits 1 if any DAG run fails.
 """
 
@@ -36,14 +37,16 @@ def prepare_airflow_env() -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "CTP_STORE": "file://" + os.path.join(demo, "store"),
-        "CTP_REPORT_DIR": os.path.join(demo, "report"),
     }
+    if "CTP_STORE" not in os.environ:  # the demo's own store: its report beside it
+        defaults["CTP_REPORT_DIR"] = os.path.join(demo, "report")
+    # (another store's report goes where the GC DAG puts each store's: its own directory)
     for k, v in defaults.items():
         os.environ.setdefault(k, v)
     os.makedirs(os.environ["AIRFLOW_HOME"], exist_ok=True)
     if DAGS not in sys.path:
         sys.path.insert(0, DAGS)  # as Airflow does: DAG files share ctp_common.py
-    return {k: os.environ[k] for k in defaults}
+    return {k: os.environ[k] for k in defaults if k in os.environ}
 
 
 def migrate() -> None:
