@@ -9,6 +9,8 @@ spark-submit drivers and their Python workers alike.
   own (``setsid``), so the whole application (Spark driver, JVM, Python workers) dies
   at once, as on a machine failure. ``CTP_FAULT`` is read at each point, so a
   long-lived process can be armed later.
+* **Pauses.** ``CTP_PAUSE=point[:n]=seconds[,...]`` makes the process wait that long at
+  the point (the simulation overlaps a delete and re-create, or a GC sweep, with it).
 * **Small producer memory.** ``CTP_TEST_PRODUCER_MEMORY=max,epochs`` sets
   ``ctp_state.state.MAX_PRODUCERS`` and ``PRODUCER_RETENTION_EPOCHS`` (tests of what
   happens after a partition forgot a producer).
@@ -46,9 +48,22 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
+def _pause(point: str, index: int) -> None:
+    """``CTP_PAUSE=point[:n]=seconds[,...]``: wait there (a process stalled at that
+    moment, while others go on)."""
+    for item in os.environ.get("CTP_PAUSE", "").split(","):
+        where, _, seconds = item.strip().partition("=")
+        name, _, n = where.partition(":")
+        if name == point and (int(n) if n else 0) == index and seconds:
+            import time
+
+            time.sleep(float(seconds))
+
+
 def _crash(point: str, index: int) -> None:
     """Kill every process of this session (PySpark workers sit in process groups of
     their own, so a group kill from a task would spare the driver and the JVM)."""
+    _pause(point, index)
     if _target(point) != index:
         return
     me = os.getpid()

@@ -66,6 +66,9 @@ class SimReport:
     records: Counter[str] = field(default_factory=Counter)  # accepted / unknown / rejected
     errors: Counter[str] = field(default_factory=Counter)  # steps that ended in an error, by op
     completed: Counter[str] = field(default_factory=Counter)  # steps that ran to their end without error, by op
+    #: paused steps that ran to their end, by op, with how many steps started during their pause
+    paused: Counter[str] = field(default_factory=Counter)
+    overlapped: Counter[str] = field(default_factory=Counter)
     quiesce_rounds: int = 0
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -82,6 +85,8 @@ class SimReport:
             "records": dict(self.records),
             "step_errors": dict(self.errors),
             "completed": dict(self.completed),
+            "paused": dict(self.paused),
+            "overlapped": dict(self.overlapped),
             "quiesce_rounds": self.quiesce_rounds,
             "violations": len(self.violations),
             "seconds": round(self.seconds, 1),
@@ -234,6 +239,8 @@ class OneShotActor(Actor):
         env = dict(self.sim.env)
         if step.crash:
             env["CTP_FAULT"] = step.crash
+        if step.pause:
+            env["CTP_PAUSE"] = step.pause
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
@@ -295,6 +302,7 @@ class Sim:
         self.acked: dict[int, set[tuple[str | None, int, int, int]]] = {}
         self.read_incarnation: dict[int, str | None] = {}  # ctp read step -> the incarnation before it
         self.quiesce_log: list[dict[str, Any]] = []
+        self.started = 0
 
     # --- bookkeeping (called from actor threads) -------------------------------------------
 
@@ -325,6 +333,9 @@ class Sim:
         )
         if ok and step.n >= 0:
             rep.completed[step.op] += 1
+        if step.pause and not died:
+            rep.paused[step.op] += 1
+            rep.overlapped[step.op] += self.started - step.n - 1  # steps begun while it ran
         if step.n < 0:
             self.quiesce_log.append(
                 {"op": step.op, "reply": {k: v for k, v in (reply or {}).items() if k != "rows"}, "rc": rc}
@@ -473,6 +484,7 @@ class Sim:
                 method="POST" if f["kind"] == "delete_key_errors" else None,
             )
         actor.start(step)
+        self.started = step.n + 1  # (the steps begun so far: a paused step counts those after it)
         if step.kill_after_ms is not None:
 
             def kill(a: Actor = actor, s: Step = step) -> None:
@@ -669,9 +681,33 @@ class Sim:
             self.violation(f"{len(left)} L0 objects left after quiesce (first {left[0]})")
         self._check_table()
 
+    def _check_table_head(self) -> None:
+        """Before the final publish (which repairs a damaged head): the table's head names
+        only files that are there -- its published vector and its manifests (a publish
+        paused across a GC sweep must not have been robbed of them)."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        from ctp_state.table.catalog import CatalogConfig, open_catalog
+        from ctp_state.table.files import data_files, published_vector
+
+        config = CatalogConfig(uri=self.env["CTP_CATALOG_URI"])
+        try:
+            table = open_catalog(self.store, config, home=self.workdir).load_table(("ctp", TOPIC))
+        except NoSuchTableError:
+            return
+        except Exception as e:
+            self.violation(f"the table does not load: {type(e).__name__}: {e}")
+            return
+        try:
+            published_vector(self.store, table)
+            data_files(table)
+        except Exception as e:
+            self.violation(f"the table's head names a file that is gone: {type(e).__name__}: {e}")
+
     def _check_table(self) -> None:
         """One publish after the quiesce; the table then holds exactly the committed L1
         files of the live incarnation, each once, and reads back every committed record."""
+        self._check_table_head()
         reply = self._do("cli", "publish_cli")
         if self.quiesce_log[-1]["rc"] != 0:
             self.violation(f"the final ctp table publish failed: {json.dumps(reply)[:1500]}")

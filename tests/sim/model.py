@@ -28,7 +28,7 @@ CRASH_POINTS = {
     "gc": ("gc_after_delete_batch", "gc_before_record"),
     "delete_cli": ("delete_after_tombstone", "delete_after_seal"),
     "produce_cli": ("produce_after_flush",),  # the re-run then resumes from the progress record
-    "publish_cli": ("publish_before_commit", "publish_after_commit"),  # ctp table publish
+    "publish_cli": ("publish_before_commit", "table_commit_before_update", "publish_after_commit"),  # ctp table publish
 }
 #: Crash points only a GC that removes a deleted incarnation reaches: drawn at random
 #: (a GC step may have nothing to remove, so they cannot be promised).
@@ -54,7 +54,26 @@ FAULT_TARGETS = (None, r"^logs/", r"^l0/", r"^cluster/epoch/", r"^gc/", r"^l1/",
 #: Actors. Producers keep their process (and their epoch cache) between steps, so a
 #: ``stale`` producer really holds an old epoch; ``cli`` runs are one process each.
 PRODUCERS = ("api0", "api1", "stale")
-ACTORS = PRODUCERS + ("cli", "advancer", "reconciler0", "reconciler1", "spark", "gc", "reader", "cli_reader")
+#: ``cli_paused`` runs the paused CLI steps, so that the steps after them (a delete and
+#: re-create, a GC sweep) overlap their pause.
+ACTORS = PRODUCERS + (
+    "cli",
+    "cli_paused",
+    "advancer",
+    "reconciler0",
+    "reconciler1",
+    "spark",
+    "gc",
+    "reader",
+    "cli_reader",
+)
+#: Where the paused steps wait, and for how long (seconds): longer than the steps meant
+#: to overlap them take (a delete and a re-create; a whole GC run, whose table sweep
+#: comes last).
+PAUSES = {
+    "produce_cli": "produce_after_flush:0=4",
+    "publish_cli": ("publish_before_commit=9", "table_commit_before_update=9"),
+}
 
 
 @dataclass
@@ -66,6 +85,7 @@ class Step:
     args: dict[str, Any] = field(default_factory=dict)
     kill_after_ms: int | None = None  # SIGKILL the actor's process group this long after the start
     crash: str | None = None  # CTP_FAULT for this step ("point" or "point:n")
+    pause: str | None = None  # CTP_PAUSE for this step ("point[:n]=seconds"): it waits there
     fault: dict[str, Any] | None = None  # an S3 proxy rule armed when the step starts
     gap_ms: int = 0  # wait this long before the next step starts (steps overlap)
 
@@ -110,6 +130,18 @@ def schedule(seed: int, p: Params) -> list[Step]:
     create_at = {n + rng.randint(1, 4) for n in delete_at} - spark_at - delete_at
     # Two table publishes too (each with one of its crash points), on top of drawn ones.
     publish_at = set(rng.sample([n for n in free if n not in delete_at | create_at], 2)) if p.steps >= 40 else set()
+    # A produce run paused after its first flush right before each delete (the delete
+    # and the re-create overlap its pause), and a publish paused before its commit right
+    # before a GC whose table sweep has no grace (round-four review, defects 1 and 2).
+    taken = spark_at | delete_at | create_at | publish_at
+    paused_produce_at = {n - 1 for n in delete_at} - taken
+    # (the publish comes right after a produce and a reconcile, so it has files to commit)
+    busy = taken | paused_produce_at
+    runs = [n for n in free if n >= p.steps // 2 and not {n - 2, n - 1, n, n + 1} & busy]
+    paused_publish_at = {rng.choice(runs)} if p.steps >= 40 and runs else set()
+    sweep_at = {n + 1 for n in paused_publish_at}
+    fill_at = {n - 1 for n in paused_publish_at}  # a reconcile
+    feed_at = {n - 2 for n in paused_publish_at}  # a produce
     weights = {
         "produce": 30,
         "resend": 4,
@@ -134,7 +166,15 @@ def schedule(seed: int, p: Params) -> list[Step]:
             else "create_cli"
             if n in create_at
             else "publish_cli"
-            if n in publish_at
+            if n in publish_at | paused_publish_at
+            else "produce_cli"
+            if n in paused_produce_at
+            else "gc"
+            if n in sweep_at
+            else "reconcile"
+            if n in fill_at
+            else "produce"
+            if n in feed_at
             else rng.choices(ops, w)[0]
         )
         if op == "resend" and not any(produced.values()):
@@ -191,6 +231,16 @@ def schedule(seed: int, p: Params) -> list[Step]:
             step.args = {"partition": rng.randrange(p.partitions)}
         elif op in ("delete_cli", "create_cli", "publish_cli"):
             step.actor = "cli"
+        if n in paused_produce_at:
+            step.actor, step.pause, step.gap_ms = "cli_paused", str(PAUSES["produce_cli"]), 0
+            step.args["batch_records"] = 1  # a flush per record: most of the run is after the pause
+        elif n in paused_publish_at:
+            step.actor, step.pause, step.gap_ms = "cli_paused", rng.choice(PAUSES["publish_cli"]), 0
+        elif n in sweep_at:
+            step.args = {"l1_grace_s": 0.0, "max_deletes": None}
+        if step.pause:
+            steps.append(step)  # (no kill, no crash: it must live through its pause)
+            continue
         # Kills and crash points: at random moments, and each named point at least once.
         group = "reconcile" if step.op in ("reconcile", "reconcile_spark") else step.op
         due = next((i for i, (a, _) in enumerate(crash_due) if a == group), None)
@@ -232,6 +282,7 @@ def _crash_spec(point: str, rng: random.Random) -> str:
         "delete_after_tombstone",
         "produce_after_flush",
         "publish_before_commit",
+        "table_commit_before_update",
         "publish_after_commit",
     ):
         return point  # (a produce with --batch-records 5000 flushes once here)

@@ -40,6 +40,9 @@ def _assert_clean(report, steps: int) -> None:
     assert not report.violations, report.text()
     assert report.steps == steps and report.records["accepted"] > 0
     assert report.kills + sum(report.crashes.values()) > 0
+    if steps >= 40:  # a produce run paused across a delete + re-create, a publish across a GC
+        assert report.paused["produce_cli"] >= 1 and report.paused["publish_cli"] == 1, report.as_dict()
+        assert report.overlapped["produce_cli"] >= 1 and report.overlapped["publish_cli"] >= 1, report.as_dict()
 
 
 @pytest.mark.parametrize("seed,spark", [(1, 1), (2, 0)])

@@ -161,11 +161,23 @@ class Worker:
     ) -> dict[str, Any]:
         from ctp_state.gc import run_gc
         from ctp_state.settings import GcSettings
+        from ctp_state.table.catalog import CatalogConfig
+        from ctp_state.table.maintenance import CatalogTables
         from expectations.gate import GxGate
 
+        # The topic's table too: its gate checks, snapshot expiry and sweep (a small
+        # table history, so that the sweep has work in a short run).
+        tables = CatalogTables(
+            self.store,
+            CatalogConfig.from_env(os.environ),
+            home=os.path.dirname(self.report_dir),
+            keep=2,
+            max_age_s=0.0,
+        )
         try:
             rec = run_gc(
                 self.store,
+                tables=tables,
                 gate=GxGate(self.report_dir, store_url=self.store.url),
                 config=GcSettings(
                     l1_grace_s=l1_grace_s,
