@@ -7,17 +7,19 @@ Used by ``scripts/demo.sh --s3``, the test suite and the benchmarks. One server 
 - bound to 127.0.0.1 only, every port it opens picked free (two servers never collide);
 - credentials generated per start and passed to it through its environment (never on
   its command line, where ``ps`` would show them); it then refuses any other key;
-- data under a directory of the caller's; telemetry off; admin UI, WebDAV, Iceberg and
-  Lance endpoints off;
+- data under a directory of the caller's; telemetry off; admin UI, WebDAV and Lance
+  endpoints off; its Iceberg REST catalog off unless asked for (``--catalog``: the
+  table bucket ``warehouse``, SigV4 with the same credentials);
 - started in a session of its own and stopped by that process group, and told to die
   with the process that started it (``PR_SET_PDEATHSIG``), so an interrupted or killed
   caller leaves nothing running.
 
 ::
 
-    python -m ctp_state.local_s3 --dir .ctp-demo/seaweedfs -- ctp demo
+    python -m ctp_state.local_s3 --dir .ctp-demo/seaweedfs [--catalog] -- ctp demo
         runs the command with CTP_STORE, CTP_S3_ENDPOINT_URL and AWS credentials set
-        for the server, then stops it
+        for the server (and CTP_CATALOG_URI, CTP_CATALOG_WAREHOUSE for its REST
+        catalog), then stops it
 """
 
 from __future__ import annotations
@@ -93,7 +95,15 @@ def _die_with_parent() -> None:
 class LocalS3:
     """One SeaweedFS S3 server on loopback. ``with LocalS3(dir) as s3: s3.env ...``"""
 
-    def __init__(self, data_dir: str | os.PathLike[str], bucket: str = "ctp", start_timeout_s: float = 60.0):
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        bucket: str = "ctp",
+        start_timeout_s: float = 60.0,
+        *,
+        catalog: bool = False,
+        warehouse: str = "warehouse",
+    ):
         self.data_dir = Path(data_dir)
         self.bucket = bucket
         self.start_timeout_s = start_timeout_s
@@ -101,6 +111,22 @@ class LocalS3:
         self.secret_access_key = secrets.token_urlsafe(30)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
+        #: SeaweedFS's Iceberg REST catalog too, on ``catalog_port``, over the table
+        #: bucket ``warehouse`` (SigV4 with the same credentials, signing name s3tables)
+        self.catalog, self.warehouse = catalog, warehouse
+        self.catalog_port = 0
+
+    @property
+    def catalog_uri(self) -> str:
+        return f"http://127.0.0.1:{self.catalog_port}"
+
+    @property
+    def catalog_env(self) -> dict[str, str]:
+        """The catalog settings of a ctp process that publishes to this server's REST
+        catalog (its store's S3 settings sign the requests: :attr:`env`)."""
+        if not self.catalog:
+            return {}
+        return {"CTP_CATALOG_URI": self.catalog_uri, "CTP_CATALOG_WAREHOUSE": self.warehouse}
 
     @property
     def endpoint(self) -> str:
@@ -136,8 +162,13 @@ class LocalS3:
         (self.data_dir / "master").mkdir(parents=True, exist_ok=True)
         last = ""
         for _ in range(3):  # a port picked free may be taken before the server binds it
-            ports = free_ports(len(_PORT_FLAGS))
-            self.port = ports[0]
+            ports = free_ports(len(_PORT_FLAGS) + 1)
+            self.port, self.catalog_port = ports[0], ports[-1]
+            iceberg = (
+                [f"-s3.port.iceberg={self.catalog_port}", f"-tableBucket={self.warehouse}"]
+                if self.catalog
+                else ["-s3.port.iceberg=0"]
+            )
             args = [
                 weed_binary(),
                 "mini",
@@ -151,7 +182,7 @@ class LocalS3:
                 f"-bucket={self.bucket}",
                 "-admin.ui=false",
                 "-webdav=false",
-                "-s3.port.iceberg=0",
+                *iceberg,
                 "-s3.port.lance=0",
                 "-master.telemetry=false",
             ]
@@ -165,7 +196,7 @@ class LocalS3:
                 self.proc = subprocess.Popen(
                     args, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, cwd=self.data_dir
                 )
-            if self._wait_ready():
+            if self._wait_ready() and (not self.catalog or self._wait_catalog()):
                 return self
             last = self._log_tail()
             self.stop()
@@ -196,6 +227,23 @@ class LocalS3:
                 s3.delete_object(Bucket=self.bucket, Key=".ctp-ready")
                 return True
             except Exception:
+                time.sleep(0.2)
+        return False
+
+    def _wait_catalog(self) -> bool:
+        """Until the REST catalog answers its config for the warehouse."""
+        import urllib.request
+
+        deadline = time.monotonic() + self.start_timeout_s
+        url = f"{self.catalog_uri}/v1/config?warehouse={self.warehouse}"
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return True
+            except OSError:
                 time.sleep(0.2)
         return False
 
@@ -242,14 +290,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", required=True, help="the server's data directory (kept between runs)")
     parser.add_argument("--bucket", default="ctp")
     parser.add_argument("--prefix", default="store", help="the store's prefix in the bucket (CTP_STORE)")
+    parser.add_argument(
+        "--catalog",
+        action="store_true",
+        help="also serve SeaweedFS's Iceberg REST catalog (table bucket 'warehouse'), and set CTP_CATALOG_URI "
+        "and CTP_CATALOG_WAREHOUSE for the command: ctp table publish and the DAGs publish to it",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run after --")
-    with LocalS3(args.dir, bucket=args.bucket) as server:
-        print(f"[local-s3] SeaweedFS S3 at {server.endpoint} (loopback only), data in {args.dir}", file=sys.stderr)
-        env = {**os.environ, **server.env, "CTP_STORE": f"s3://{args.bucket}/{args.prefix}"}
+    with LocalS3(args.dir, bucket=args.bucket, catalog=args.catalog) as server:
+        rest = f", Iceberg REST catalog at {server.catalog_uri}" if args.catalog else ""
+        print(
+            f"[local-s3] SeaweedFS S3 at {server.endpoint}{rest} (loopback only), data in {args.dir}", file=sys.stderr
+        )
+        env = {**os.environ, **server.env, **server.catalog_env, "CTP_STORE": f"s3://{args.bucket}/{args.prefix}"}
         # The child must not die with us before we stop the server: ignore the signal
         # here while it runs, and let it get its own.
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -259,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, old)
     print(
         f"[local-s3] server stopped; its data stays in {args.dir}. To look again: "
-        f"python -m ctp_state.local_s3 --dir {args.dir} --prefix {args.prefix} -- ctp status",
+        f"python -m ctp_state.local_s3 --dir {args.dir} --prefix {args.prefix}{' --catalog' if args.catalog else ''} "
+        "-- ctp status",
         file=sys.stderr,
     )
     return rc

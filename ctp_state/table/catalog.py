@@ -6,7 +6,9 @@ the store beside the topic's other state (``tables/<space>/``) and whose data fi
 the topic's committed L1 files, registered where they are. The catalog is a setting:
 
 - a SQLAlchemy URL (``sqlite:////path/catalog.db``, ``postgresql+psycopg://...``) for
-  pyiceberg's SQL catalog, or an ``http(s)://`` URI for a REST catalog;
+  pyiceberg's SQL catalog, or an ``http(s)://`` URI for a REST catalog, which decides
+  where a table's metadata lives (its warehouse; ctp's published vectors stay in the
+  store, under ``tables/<space>/``);
 - by default a SQLite file: beside a local store (``<root>.catalog.db``), or
   under ``~/.ctp/catalogs/`` for an S3 store (one machine only: share a PostgreSQL
   catalog between Airflow workers).
@@ -21,7 +23,8 @@ import hashlib
 import os
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctp_state import layout
@@ -36,14 +39,39 @@ from ctp_state.topic_meta import Topic
 TOPIC_ID = "ctp.topic_id"
 _NAMESPACE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 NO_RETRIES = {"commit.retry.num-retries": "0"}
+#: A REST catalog's table keeps its metadata in the catalog's warehouse, where ctp
+#: deletes nothing: the catalog drops metadata files past the newest ten on each commit
+#: (what Iceberg's writers do with these properties), and expired snapshots' manifests
+#: are the catalog's (its orphan-file cleanup) -- docs/tables.md, "Keeping it small".
+REST_PROPERTIES = {"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "10"}
+
+
+#: How ctp authenticates to a REST catalog (``CTP_CATALOG_AUTH``): AWS SigV4 with the
+#: store's S3 credentials (S3 Tables, Glue, SeaweedFS), a bearer token, OAuth2 client
+#: credentials (Polaris, Lakekeeper, Unity, Nessie), or nothing.
+REST_AUTH = ("sigv4", "token", "oauth2", "none")
 
 
 @dataclass(frozen=True)
 class CatalogConfig:
-    """How to reach the catalog. ``uri`` None: the default SQLite file for the store."""
+    """How to reach the catalog. ``uri`` None: the default SQLite file for the store.
+
+    For a REST catalog (an ``http(s)://`` URI): ``warehouse`` (as the catalog names it),
+    ``auth`` (one of :data:`REST_AUTH`; default ``sigv4`` when the store has S3
+    credentials, else ``none``), a ``token`` or a ``credential`` (``client_id:secret``)
+    with ``oauth2_uri`` and ``scope``, and SigV4's ``signing_name`` and
+    ``signing_region``. Secrets never appear in its ``repr``."""
 
     uri: str | None = None
     namespace: str = "ctp"
+    warehouse: str | None = None
+    auth: str | None = None
+    token: str | None = field(default=None, repr=False)
+    credential: str | None = field(default=None, repr=False)
+    oauth2_uri: str | None = None
+    scope: str | None = None
+    signing_name: str = "s3tables"
+    signing_region: str | None = None
 
     def __post_init__(self) -> None:
         # It names a directory under the topic's space in the store, and an Iceberg
@@ -53,13 +81,80 @@ class CatalogConfig:
                 f"table namespace {self.namespace!r} must be 1-64 letters, digits and underscores, "
                 "starting with a letter (--namespace, $CTP_TABLE_NAMESPACE)"
             )
+        if self.auth is not None and self.auth not in REST_AUTH:
+            raise ConfigError(f"catalog auth {self.auth!r} must be one of {', '.join(REST_AUTH)} ($CTP_CATALOG_AUTH)")
+        if self.is_rest:
+            if not self.warehouse:
+                raise ConfigError(
+                    f"the REST catalog {redact_url(self.uri or '')} needs a warehouse ($CTP_CATALOG_WAREHOUSE, "
+                    "--catalog-warehouse): the name the catalog gives it"
+                )
+            if self.auth == "token" and not self.token:
+                raise ConfigError(
+                    "catalog auth 'token' needs a token ($CTP_CATALOG_TOKEN, or the ctp_catalog connection)"
+                )
+            if self.auth == "oauth2" and not (self.credential and ":" in self.credential):
+                raise ConfigError(
+                    "catalog auth 'oauth2' needs client credentials as client_id:secret ($CTP_CATALOG_CREDENTIAL, "
+                    "or the ctp_catalog connection's login and password)"
+                )
+        elif self.uri is not None and (self.warehouse or self.auth):
+            raise ConfigError("a catalog warehouse and auth apply to a REST catalog (an http(s):// CTP_CATALOG_URI)")
 
-    def __repr__(self) -> str:  # the URI may hold a password
-        return f"CatalogConfig(uri={redact_url(self.uri) if self.uri else None!r}, namespace={self.namespace!r})"
+    @property
+    def is_rest(self) -> bool:
+        return bool(self.uri) and self.uri.startswith(("http://", "https://"))  # type: ignore[union-attr]
+
+    def __repr__(self) -> str:  # the URI may hold a password; token and credential are secrets
+        return (
+            f"CatalogConfig(uri={redact_url(self.uri) if self.uri else None!r}, namespace={self.namespace!r}"
+            + (f", warehouse={self.warehouse!r}, auth={self.auth!r}" if self.is_rest else "")
+            + ")"
+        )
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | Any) -> CatalogConfig:
-        return cls(uri=env.get("CTP_CATALOG_URI") or None, namespace=env.get("CTP_TABLE_NAMESPACE") or "ctp")
+    def from_env(cls, env: Mapping[str, str]) -> CatalogConfig:
+        """From ``CTP_CATALOG_URI``, ``CTP_TABLE_NAMESPACE`` and, for a REST catalog,
+        ``CTP_CATALOG_WAREHOUSE``, ``CTP_CATALOG_AUTH``, ``CTP_CATALOG_TOKEN``,
+        ``CTP_CATALOG_CREDENTIAL``, ``CTP_CATALOG_OAUTH2_URI``, ``CTP_CATALOG_SCOPE``,
+        ``CTP_CATALOG_SIGNING_NAME`` and ``CTP_CATALOG_SIGNING_REGION``."""
+        return cls(
+            uri=env.get("CTP_CATALOG_URI") or None,
+            namespace=env.get("CTP_TABLE_NAMESPACE") or "ctp",
+            warehouse=env.get("CTP_CATALOG_WAREHOUSE") or None,
+            auth=env.get("CTP_CATALOG_AUTH") or None,
+            token=env.get("CTP_CATALOG_TOKEN") or None,
+            credential=env.get("CTP_CATALOG_CREDENTIAL") or None,
+            oauth2_uri=env.get("CTP_CATALOG_OAUTH2_URI") or None,
+            scope=env.get("CTP_CATALOG_SCOPE") or None,
+            signing_name=env.get("CTP_CATALOG_SIGNING_NAME") or "s3tables",
+            signing_region=env.get("CTP_CATALOG_SIGNING_REGION") or None,
+        )
+
+    def rest_properties(self, store: ObjectStore) -> dict[str, str]:
+        """pyiceberg ``RestCatalog`` properties: the warehouse and the authentication."""
+        props = {"warehouse": self.warehouse or ""}
+        settings = getattr(store, "_settings", None)
+        auth = self.auth or ("sigv4" if settings is not None and settings.access_key_id else "none")
+        if auth == "sigv4":
+            region = self.signing_region or (settings.region if settings is not None else None) or "us-east-1"
+            props.update({"rest.sigv4-enabled": "true", "rest.signing-name": self.signing_name})
+            props["rest.signing-region"] = region
+            props["client.region"] = region
+            if settings is not None and settings.access_key_id:
+                props["client.access-key-id"] = settings.access_key_id
+                props["client.secret-access-key"] = settings.secret_access_key or ""
+                if settings.session_token:
+                    props["client.session-token"] = settings.session_token
+        elif auth == "token":
+            props["token"] = self.token or ""
+        elif auth == "oauth2":
+            props["credential"] = self.credential or ""
+            if self.oauth2_uri:
+                props["oauth2-server-uri"] = self.oauth2_uri
+            if self.scope:
+                props["scope"] = self.scope
+        return props
 
 
 def default_path(store: ObjectStore, home: str) -> str:
@@ -100,10 +195,10 @@ def open_catalog(store: ObjectStore, config: CatalogConfig, *, home: str) -> Any
     props = {**file_io_properties(store), "warehouse": store.url}
     for attempt in range(3):
         try:
-            if uri.startswith(("http://", "https://")):
+            if config.is_rest:
                 from pyiceberg.catalog.rest import RestCatalog
 
-                return RestCatalog("ctp", uri=uri, **props)
+                return RestCatalog("ctp", uri=uri, **{**file_io_properties(store), **config.rest_properties(store)})
             from ctp_state.table.sql_catalog import sql_catalog_class
 
             # (creates its own tables if absent: two processes doing that at once
@@ -112,20 +207,30 @@ def open_catalog(store: ObjectStore, config: CatalogConfig, *, home: str) -> Any
         except ImportError as e:
             raise ConfigError(f"the Iceberg catalog needs pyiceberg with its SQL extras ({e})") from None
         except Exception as e:
-            if attempt == 2:
+            if attempt == 2 or _refused(e):
                 raise ConfigError(
-                    f"cannot open the Iceberg catalog {redact_url(uri)}: {type(e).__name__}: {_scrub(str(e), uri)}"
+                    f"cannot open the Iceberg catalog {redact_url(uri)}: {type(e).__name__}: "
+                    f"{_scrub(_scrub(str(e), uri), config.token, config.credential)}"
                 ) from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
 
 
-def _scrub(message: str, uri: str) -> str:
-    """``message`` without ``uri``'s password, should a driver have quoted it."""
+def _scrub(message: str, uri: str | None, *secrets: str | None) -> str:
+    """``message`` without ``uri``'s password or ``secrets``, should a driver have quoted them."""
     from urllib.parse import urlparse
 
-    password = urlparse(uri).password
-    return message.replace(password, "***") if password else message
+    for secret in (urlparse(uri).password if uri else None, *secrets):
+        for part in (secret, *(secret.split(":", 1) if secret and ":" in secret else ())):
+            if part and len(part) >= 4:
+                message = message.replace(part, "***")
+    return message
+
+
+def _refused(e: Exception) -> bool:
+    """A catalog that answered no (bad credentials, no such warehouse): asking again
+    will not change it."""
+    return type(e).__name__ in ("ForbiddenError", "UnauthorizedError", "BadRequestError", "NoSuchNamespaceError")
 
 
 def identifier(config: CatalogConfig, topic: str) -> tuple[str, str]:

@@ -28,7 +28,7 @@ from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
 from ctp_state.table.catalog import TOPIC_ID, CatalogConfig, default_path, identifier, open_catalog, uri_of
 from ctp_state.table.files import published_vector, table_head
-from ctp_state.table.vector import vector_key
+from ctp_state.table.vector import vector_key, vector_prefix
 from ctp_state.topic_meta import Topic
 from ctp_state.topics import list_topics
 
@@ -88,42 +88,42 @@ CLOCK_SLACK_S = 1.0
 def unreachable(
     store: ObjectStore, table: Any, t: Topic, *, now_s: float, grace_s: float, slack_s: float = CLOCK_SLACK_S
 ) -> list[ObjectInfo]:
-    """The metadata files and published vectors of ``t``'s table that nothing reaches,
-    older than ``grace_s`` by the store's clock (``now_s``: see
-    :func:`ctp_state.deletion.store_now`) -- and older than the table's head.
+    """The files of ``t``'s table in the store that nothing reaches, older than
+    ``grace_s`` by the store's clock (``now_s``: see :func:`ctp_state.deletion.store_now`)
+    -- and older than the table's head.
+
+    What is looked at is what ctp owns: the table's published vectors, and its
+    ``metadata/`` when the table's location is in the store (a SQL catalog's). A table
+    whose location its catalog decides (a REST catalog's warehouse) keeps its metadata
+    there, and nothing there is ctp's to delete.
 
     Age alone cannot tell garbage from a publish in flight: a publish paused between
     writing its files (vector, manifests, manifest list, metadata file) and its commit,
     for any length of time, would find them gone and commit a head that names them. The
     head can: a commit lands only on the head it was made from (the catalog's condition),
     and a publish made from the current head ``S`` loaded ``S`` after ``S`` was committed,
-    so every file it writes is newer than ``S``'s manifest list. A file older than that
-    (by more than ``slack_s``) was written for an older head, by a commit that can never
-    land. With no head yet, nothing is unreachable (a first publish in flight)."""
-    keep = reachable(table)
-    # Only under the table's own location: another table of the topic (another
-    # namespace, another catalog) has its own, and nothing here reaches into it.
+    so every file it writes is newer than the vector ``S`` names (written before ``S``'s
+    commit). A file older than that vector (by more than ``slack_s``) was written for an
+    older head, by a commit that can never land. With no head, or a head whose vector is
+    not in the store, nothing is unreachable (a first publish in flight; a head the next
+    publish repairs)."""
     own = table.location().rstrip("/") + "/"
     root = store.url.rstrip("/") + "/"
     space = f"{layout.TABLES_ROOT}{layout.space(t.name, t.key_id)}/"
-    if not own.startswith(root + space):
+    if own.startswith(root) and not own.startswith(root + space):
+        # Only under the table's own location: another table of the topic (another
+        # namespace, another catalog) has its own, and nothing here reaches into it.
         raise CtpError(f"table {table.name()} lives at {own}, outside the topic's space {space} in the store")
-    head = table.current_snapshot()
-    if head is None:
-        return []
-    if not head.manifest_list.startswith(root):
-        raise CtpError(
-            f"table {'.'.join(table.name())}: its head's manifest list {head.manifest_list} is outside the store"
-        )
-    listed = store.head(head.manifest_list[len(root) :])
+    head_vector = vector_key(table.current_snapshot())
+    listed = store.head(head_vector) if head_vector is not None else None
     if listed is None:
-        raise CtpError(
-            f"table {'.'.join(table.name())}: its head's manifest list {head.manifest_list} is not in the store"
-        )
+        return []
     older_than_head = listed.mtime - slack_s
+    keep = reachable(table)
+    prefixes = [vector_prefix(store, table, t)] + ([own[len(root) :] + "metadata/"] if own.startswith(root) else [])
     out = []
-    for sub in ("metadata/", "published/"):
-        for o in store.list_all(own[len(root) :] + sub):
+    for prefix in prefixes:
+        for o in store.list_all(prefix):
             if o.key in keep or uri_of(store, o.key) in keep:
                 continue
             if now_s - o.mtime >= grace_s and o.mtime < older_than_head:

@@ -42,7 +42,15 @@ from ctp_state.errors import CorruptData, CtpError
 from ctp_state.partition_state import L1Ref
 from ctp_state.storage import ObjectStore
 from ctp_state.table import register
-from ctp_state.table.catalog import NO_RETRIES, TOPIC_ID, CatalogConfig, identifier, location, uri_of
+from ctp_state.table.catalog import (
+    NO_RETRIES,
+    REST_PROPERTIES,
+    TOPIC_ID,
+    CatalogConfig,
+    identifier,
+    location,
+    uri_of,
+)
 from ctp_state.table.files import data_files
 from ctp_state.table.vector import (
     PUBLISHED,
@@ -103,8 +111,17 @@ def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConf
                     ident,
                     schema=iceberg_schema(),
                     partition_spec=partition_spec(),
-                    location=f"{location(store, t)}/{config.namespace}-{uuid.uuid4().hex}",
-                    properties={**NO_RETRIES, **register.METRICS, TOPIC_ID: mine, "format-version": "2"},
+                    # A REST catalog decides where a table's metadata lives (its warehouse),
+                    # and keeps it small there (REST_PROPERTIES); a SQL catalog's tables
+                    # live in the topic's space, where the GC keeps them small.
+                    location=None if config.is_rest else f"{location(store, t)}/{config.namespace}-{uuid.uuid4().hex}",
+                    properties={
+                        **NO_RETRIES,
+                        **register.METRICS,
+                        **(REST_PROPERTIES if config.is_rest else {}),
+                        TOPIC_ID: mine,
+                        "format-version": "2",
+                    },
                 )
             except TableAlreadyExistsError:
                 continue  # a concurrent publish created it: load that one

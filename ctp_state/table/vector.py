@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from ctp_state import codec
+from ctp_state import codec, layout
 from ctp_state.errors import CorruptData, ObjectNotFound
 from ctp_state.gc.table_hook import TableFile
 from ctp_state.storage import ObjectStore
@@ -66,9 +66,24 @@ def read_vector(store: ObjectStore, key: str | None) -> dict[int, int]:
     return {int(p): int(o) for p, o in body["through"]}
 
 
+def vector_prefix(store: ObjectStore, table: Any, t: Topic) -> str:
+    """Where ``t``'s table keeps its vectors in the store: under the table's own location
+    (``.../published/``) when that is in the store; for a table whose location its
+    catalog decides (a REST catalog's warehouse), under a location of ctp's own named
+    like one, ``tables/<space>/<namespace>-<table uuid>/published/``."""
+    own: str = table.location().rstrip("/") + "/"
+    root = store.url.rstrip("/") + "/"
+    if own.startswith(root):
+        return own[len(root) :] + "published/"
+    namespace: str = table.name()[0] if len(table.name()) > 1 else "table"
+    return (
+        f"{layout.TABLES_ROOT}{layout.space(t.name, t.key_id)}/{namespace}-{table.metadata.table_uuid.hex}/published/"
+    )
+
+
 def write_vector(store: ObjectStore, table: Any, t: Topic, vector: dict[int, int]) -> str:
-    """A new sealed vector, under the table's own location (``.../published/``)."""
-    key = key_of(store, table.location().rstrip("/") + f"/published/{uuid.uuid4().hex}.json")
+    """A new sealed vector, in the table's :func:`vector_prefix`."""
+    key = f"{vector_prefix(store, table, t)}{uuid.uuid4().hex}.json"
     body = {"v": VECTOR_VERSION, "topic": t.name, "topic_id": t.id, "through": sorted(vector.items())}
     store.put_if_absent(key, codec.seal(body))
     return key
