@@ -34,11 +34,15 @@ if ! command -v java >/dev/null 2>&1; then
 fi
 
 stamp="$venv/.ctp-install-stamp"
-want="$(cat "$repo/pyproject.toml" "$repo/scripts/bootstrap.sh" | sha256sum | cut -d' ' -f1)"
-check='import ctp_state, pyspark, airflow, great_expectations, moto, boto3
+# The install is this checkout's: its path is part of the stamp, and the check (run from
+# outside the checkout, so that the current directory proves nothing) finds ctp_state in it.
+want="$( (echo "$repo"; cat "$repo/pyproject.toml" "$repo/scripts/bootstrap.sh") | sha256sum | cut -d' ' -f1)"
+check='import os, ctp_state, pyspark, airflow, great_expectations, moto, boto3
 from ctp_state.local_s3 import weed_binary; weed_binary()
-assert pyspark.__version__ == "'$PYSPARK_VERSION'", "pyspark is " + pyspark.__version__'
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
+assert pyspark.__version__ == "'$PYSPARK_VERSION'", "pyspark is " + pyspark.__version__
+here = os.path.dirname(os.path.dirname(os.path.realpath(ctp_state.__file__)))
+assert here == os.path.realpath("'$repo'"), "ctp_state is installed from " + here'
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && (cd / && "$venv/bin/python" -c "$check") >/dev/null 2>&1; then
   exit 0
 fi
 
@@ -50,7 +54,7 @@ log "creating $venv with $("$python" --version) (a few minutes the first time)"
 # Python files (pyspark.__version__ then says 4.2.0 beside 4.3.0 jars). Put pyspark
 # back. Never uninstall pyspark-client: that deletes the shared files.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "pyspark==$PYSPARK_VERSION"
-if ! out="$("$venv/bin/python" -c "$check" 2>&1)"; then
+if ! out="$(cd / && "$venv/bin/python" -c "$check" 2>&1)"; then
   printf '%s\n' "$out" | tail -5 >&2
   echo "error: the install in $venv is incomplete (see above)" >&2; exit 1
 fi
