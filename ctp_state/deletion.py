@@ -144,7 +144,7 @@ def delete_topic(
         if st.current is not None:
             _refuse_if_a_delete_is_unfinished(store, st, st.current)
     if done is not None and done.incarnation in st.lost:
-        return done, SealResult(already_deleted=True, lost=True)  # nothing of a lost one is sealed
+        return done, seal_lost(store, done)
     if done is not None:
         log.info("%s (incarnation %s) was deleted already; finishing its seals", name, done.incarnation)
         res = seal_incarnation(store, done, threads=threads, on_progress=on_progress)
@@ -185,6 +185,12 @@ def acknowledge_lost(store: ObjectStore, st: NameState, incarnation: str) -> Top
     key_id = None if incarnation == "legacy" else incarnation
     if key_id is not None and not layout.is_id_dir(f"{key_id}/", ""):
         raise ConfigError(f"--id {incarnation!r} is not an incarnation id (32 lowercase hex digits, or 'legacy')")
+    owner = next((x for x in (st.current, *st.deleted) if x is not None and x.key_id == key_id), None)
+    if owner is not None:  # e.g. --id legacy of a live topic whose keys carry only its name
+        raise CtpError(
+            f"topic {st.name}: the keys of incarnation {incarnation} are incarnation {owner.incarnation}'s "
+            f"(keys named by the topic only); delete that one with --id {owner.incarnation}"
+        )
     partitions = 0
     for root in (layout.LOGS_ROOT, layout.SNAPSHOTS_ROOT, layout.L1_ROOT):
         top = f"{root}{layout.space(st.name, key_id)}/"
@@ -205,6 +211,7 @@ def acknowledge_lost(store: ObjectStore, st: NameState, incarnation: str) -> Top
     t = Topic(st.name, partitions, 0, key_id, keyed=key_id is not None)
     if incarnations.acknowledge_lost(store, t):
         log.warning("%s: incarnation %s recorded lost and deleted (%d partitions)", st.name, incarnation, partitions)
+        seal_lost(store, t)
         return t
     now = incarnations.read_name(store, st.name)
     if now.current is not None and now.current.incarnation == incarnation:
@@ -212,6 +219,37 @@ def acknowledge_lost(store: ObjectStore, st: NameState, incarnation: str) -> Top
             f"topic {st.name}: incarnation {incarnation} is live (created meanwhile); run the delete again to delete it"
         )
     return next(x for x in now.deleted if x.incarnation == incarnation)  # recorded by a racing run
+
+
+def seal_lost(store: ObjectStore, t: Topic) -> SealResult:
+    """Seal every log of lost incarnation ``t`` that reads and has its init, as a delete
+    seals a recorded one: a writer still holding ``t`` is then refused, never
+    acknowledged into an incarnation the GC no longer counts. A log that is gone, or
+    does not read, is left as it is (nothing can be sealed there; a writer whose entry
+    is gone is refused by the log itself)."""
+    res = SealResult(already_deleted=True, lost=True)
+    now_ms = int(time.time() * 1000)
+
+    def one(p: int) -> str:
+        plog = PartitionLog(store, t, p)
+        try:
+            st = plog.read_state()
+            if st.sealed:
+                return "already"
+            if not st.initialized:
+                return "skipped"
+            plog.append(st, lambda _s: Seal(now_ms))
+            return "sealed"
+        except CtpError:
+            return "skipped"
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, t.partitions))) as pool:
+        for what in pool.map(one, range(t.partitions)):
+            if what == "sealed":
+                res.sealed += 1
+            elif what == "already":
+                res.already += 1
+    return res
 
 
 #: How many of the newest GC records :func:`acknowledge_lost` looks through for the
@@ -320,7 +358,9 @@ def remove(
     for t in ready:
         what = f"{t.name} (incarnation {t.incarnation})"
         try:
-            if (t.name, t.incarnation) not in lost:  # a lost one's logs may be partly gone: no seals
+            if (t.name, t.incarnation) in lost:
+                seal_lost(store, t)  # (again: an acknowledgement cut before its seals)
+            else:
                 sealed = seal_incarnation(store, t)
                 # A log whose init is gone while other entries remain is one an earlier run
                 # (killed, or failing on some keys) had begun to remove: it cannot be read,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ctp_state import codec, layout, records
-from ctp_state.errors import ContentionTimeout, CorruptData, ObjectNotFound, TopicDeleted, TopicNotFound
+from ctp_state.errors import ContentionTimeout, CorruptData, CtpError, ObjectNotFound, TopicDeleted, TopicNotFound
 from ctp_state.records import TopicEvent
 from ctp_state.sequence import DenseSequence, create_once
 from ctp_state.storage import ObjectStore
@@ -88,13 +88,22 @@ def fold(name: str, first: Topic | None, events: list[tuple[str, TopicEvent]]) -
             deleting.append((current, e.seq))
             current = None
         elif e.kind == "lost":
-            recorded = [current] if current is not None else []
-            if any(_same(t, e) for t in [*recorded, *(t for t, _ in deleting), *removed]):
-                raise CorruptData(
-                    key, f"incarnation {e.id or 'legacy'} of {name} acknowledged lost, but it is recorded"
-                )
-            deleting.append((_topic_of(e), e.seq))
-            lost.add(e.id or "legacy")
+            # The live incarnation itself (its metadata restored after the event): the
+            # event is its tombstone, as a delete's is whatever comes back of its
+            # metadata. One already deleted: nothing more. Another incarnation's keys
+            # (a legacy space that is a live topic's of metadata version 3): without
+            # effect -- a lost event never removes what another incarnation owns.
+            gone = _topic_of(e)
+            if current is not None and _same(current, e):
+                deleting.append((current, e.seq))
+                lost.add(current.incarnation)
+                current = None
+            elif not any(
+                _same(t, e) or t.key_id == gone.key_id
+                for t in [*([current] if current is not None else []), *(t for t, _ in deleting), *removed]
+            ):
+                deleting.append((gone, e.seq))
+                lost.add(gone.incarnation)
         elif e.kind == "create":
             if current is not None or e.id is None or not e.keyed:
                 raise CorruptData(key, f"new incarnation {e.id} of {name} while another is live")
@@ -278,6 +287,12 @@ def acknowledge_lost(store: ObjectStore, t: Topic) -> bool:
         recorded = [x for x in (st.current, *st.deleted) if x is not None]
         if any(x.incarnation == t.incarnation and x.keyed == t.keyed for x in recorded):
             return None
+        owner = next((x for x in recorded if x.key_id == t.key_id), None)
+        if owner is not None:  # its keys are a recorded incarnation's: not lost, and not to be removed
+            raise CtpError(
+                f"topic {t.name}: the keys of incarnation {t.incarnation} are incarnation {owner.incarnation}'s "
+                f"(keys named by the topic only); delete that one with --id {owner.incarnation}"
+            )
         return TopicEvent(
             kind="lost",
             name=t.name,

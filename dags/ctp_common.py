@@ -52,7 +52,15 @@ class CtpConfig:
     store: str
     report_dir: str
     env: dict[str, str] = field(default_factory=dict, repr=False)  # S3 settings; may hold secrets
-    catalog_uri: str | None = field(default=None, repr=False)  # the Iceberg catalog; may hold a password
+    #: the Iceberg catalog's settings (CTP_CATALOG_*), from Variables and the
+    #: ``ctp_catalog`` connection; may hold a password, a token or client credentials
+    catalog_env: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def catalog(self) -> Any:
+        """The :class:`ctp_state.table.catalog.CatalogConfig` these settings name."""
+        from ctp_state.table.catalog import CatalogConfig
+
+        return CatalogConfig.from_env({**os.environ, **self.env, **self.catalog_env})
 
 
 def default_args(*, retries: int, retry_delay: timedelta, execution_timeout: timedelta) -> dict[str, object]:
@@ -98,8 +106,48 @@ def resolve() -> CtpConfig:
     """The store, the report directory and S3 settings, resolved now (inside a task)."""
     store = _variable("ctp_store") or os.environ.get("CTP_STORE") or "file://" + os.path.join(_home(), "ctp", "store")
     report = _variable("ctp_report_dir") or os.environ.get("CTP_REPORT_DIR") or store_report_dir(store)
-    catalog = _variable("ctp_catalog_uri") or os.environ.get("CTP_CATALOG_URI") or None
-    return CtpConfig(store, report, _s3_env(), catalog)
+    return CtpConfig(store, report, _s3_env(), _catalog_env())
+
+
+CATALOG_CONN_ID = "ctp_catalog"
+
+
+def _catalog_env() -> dict[str, str]:
+    """The catalog settings Variables and the ``ctp_catalog`` connection give (the
+    environment's ``CTP_CATALOG_*`` fill in the rest): Variables ``ctp_catalog_uri`` and
+    ``ctp_catalog_warehouse``; the connection's password is a REST catalog's token, or
+    with its login OAuth2 client credentials, and its extra may say ``auth``,
+    ``oauth2_server_uri``, ``scope``, ``signing_name``, ``signing_region``."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    env = {}
+    for var, name in (("ctp_catalog_uri", "CTP_CATALOG_URI"), ("ctp_catalog_warehouse", "CTP_CATALOG_WAREHOUSE")):
+        if value := _variable(var):
+            env[name] = value
+    try:
+        conn = BaseHook.get_connection(CATALOG_CONN_ID)
+    except AirflowNotFoundException:
+        return env
+    extra = conn.extra_dejson or {}
+    for key, name in (
+        ("auth", "CTP_CATALOG_AUTH"),
+        ("oauth2_server_uri", "CTP_CATALOG_OAUTH2_URI"),
+        ("scope", "CTP_CATALOG_SCOPE"),
+        ("signing_name", "CTP_CATALOG_SIGNING_NAME"),
+        ("signing_region", "CTP_CATALOG_SIGNING_REGION"),
+        ("warehouse", "CTP_CATALOG_WAREHOUSE"),
+    ):
+        if extra.get(key) and name not in env:
+            env[name] = str(extra[key])
+    if conn.password:
+        if conn.login:
+            env["CTP_CATALOG_CREDENTIAL"] = f"{conn.login}:{conn.password}"
+            env.setdefault("CTP_CATALOG_AUTH", "oauth2")
+        else:
+            env["CTP_CATALOG_TOKEN"] = conn.password
+            env.setdefault("CTP_CATALOG_AUTH", "token")
+    return env
 
 
 def store_report_dir(store: str) -> str:

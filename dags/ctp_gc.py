@@ -73,10 +73,9 @@ def _config(params):
 
 def _tables(store, cfg, config):
     """The topics' Iceberg tables, through the catalog the deployment names."""
-    from ctp_state.table.catalog import CatalogConfig
     from ctp_state.table.maintenance import CatalogTables
 
-    catalog = CatalogConfig(uri=cfg.catalog_uri, namespace=CatalogConfig.from_env(os.environ).namespace)
+    catalog = cfg.catalog()
     return CatalogTables.for_gc(store, catalog, config, home=os.path.expanduser("~"))
 
 

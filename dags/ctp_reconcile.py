@@ -102,11 +102,10 @@ def ctp_reconcile():
     @task(outlets=[TABLE_ASSET])
     def publish(**context) -> list[dict]:
         """Append the newly committed L1 files to each topic's Iceberg table."""
-        from ctp_state.table.catalog import CatalogConfig
         from ctp_state.table.jobs import publish_topics
 
         cfg = resolve()
-        config = CatalogConfig(uri=cfg.catalog_uri, namespace=CatalogConfig.from_env(os.environ).namespace)
+        config = cfg.catalog()
         topics = context["params"].get("topics") or None
         done = publish_topics(open_store(cfg), config, home=os.path.expanduser("~"), topics=topics)
         return [p.as_dict() for p in done]

@@ -20,6 +20,13 @@ def _catalog_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         default=None,
         help="Iceberg namespace of the tables [default: $CTP_TABLE_NAMESPACE, else ctp].",
     )(fn)
+    fn = click.option(
+        "--catalog-warehouse",
+        "catalog_warehouse",
+        default=None,
+        help="A REST catalog's warehouse, as the catalog names it [default: $CTP_CATALOG_WAREHOUSE]. "
+        "Its authentication comes from $CTP_CATALOG_AUTH and friends (docs/tables.md).",
+    )(fn)
     return click.option(
         "--catalog",
         "catalog_uri",
@@ -30,9 +37,17 @@ def _catalog_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def _config(catalog_uri: str | None, namespace: str | None) -> CatalogConfig:
-    env = CatalogConfig.from_env(os.environ)
-    return CatalogConfig(uri=catalog_uri or env.uri, namespace=namespace or env.namespace)
+def _config(catalog_uri: str | None, namespace: str | None, warehouse: str | None = None) -> CatalogConfig:
+    """The catalog settings of the environment, with the options given on top."""
+    env = dict(os.environ)
+    for name, value in (
+        ("CTP_CATALOG_URI", catalog_uri),
+        ("CTP_TABLE_NAMESPACE", namespace),
+        ("CTP_CATALOG_WAREHOUSE", warehouse),
+    ):
+        if value:
+            env[name] = value
+    return CatalogConfig.from_env(env)
 
 
 def _home() -> str:
@@ -60,6 +75,7 @@ def table_publish(
     topics: tuple[str, ...],
     catalog_uri: str | None,
     namespace: str | None,
+    catalog_warehouse: str | None,
     rebuild: bool,
 ) -> None:
     """Append every committed L1 file not yet in its topic's table (all topics, or
@@ -67,7 +83,13 @@ def table_publish(
     names a lost published vector is repaired; one whose manifests are lost is rebuilt."""
     from ctp_state.table.jobs import publish_topics
 
-    done = publish_topics(store, _config(catalog_uri, namespace), home=_home(), topics=topics or None, rebuild=rebuild)
+    done = publish_topics(
+        store,
+        _config(catalog_uri, namespace, catalog_warehouse),
+        home=_home(),
+        topics=topics or None,
+        rebuild=rebuild,
+    )
     out = Table("table", "files added", "records added", "format 1 copies", "snapshot")
     for p in done:
         out.add_row(p.table, str(p.files_added), str(p.records_added), str(p.format1_copied), str(p.snapshot_id))
@@ -78,11 +100,18 @@ def table_publish(
 @click.argument("topic")
 @_catalog_options
 @command
-def table_show(store: ObjectStore, as_json: bool, topic: str, catalog_uri: str | None, namespace: str | None) -> None:
+def table_show(
+    store: ObjectStore,
+    as_json: bool,
+    topic: str,
+    catalog_uri: str | None,
+    namespace: str | None,
+    catalog_warehouse: str | None,
+) -> None:
     """A topic's table: its head, and per partition what is reconciled and published."""
     from ctp_state.table.jobs import describe
 
-    view = describe(store, _config(catalog_uri, namespace), topic, home=_home())
+    view = describe(store, _config(catalog_uri, namespace, catalog_warehouse), topic, home=_home())
     out = Table("partition", "reconciled through", "published through", "behind")
     for p in view.partitions:
         out.add_row(str(p.partition), str(p.reconciled), str(p.published), str(p.reconciled - p.published))
@@ -103,12 +132,19 @@ def table_show(store: ObjectStore, as_json: bool, topic: str, catalog_uri: str |
 @click.argument("topic")
 @_catalog_options
 @command
-def table_files(store: ObjectStore, as_json: bool, topic: str, catalog_uri: str | None, namespace: str | None) -> None:
+def table_files(
+    store: ObjectStore,
+    as_json: bool,
+    topic: str,
+    catalog_uri: str | None,
+    namespace: str | None,
+    catalog_warehouse: str | None,
+) -> None:
     """The data files of a topic's table head, one per line: what a Spark job reads
     (spark.read.parquet(*paths))."""
     from ctp_state.table.jobs import describe
 
-    view = describe(store, _config(catalog_uri, namespace), topic, home=_home())
+    view = describe(store, _config(catalog_uri, namespace, catalog_warehouse), topic, home=_home())
     if as_json:
         emit(True, [vars(f) for f in view.files])
     else:

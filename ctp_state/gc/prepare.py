@@ -209,7 +209,7 @@ def prepare(
         ),
         "partition_state": state_table(views, previous_lb, decision.m),
         "l1_files": l1_sweep.check_table(sweeps),
-        "table_files": table_files_table(heads.heads, views, store.url.rstrip("/") + "/"),
+        "table_files": table_files_table(heads.heads, views, store.key_of),
         "table_partitions": table_partitions_table(heads.heads, views),
     }
     return Prepared(

@@ -4,7 +4,7 @@ view the history keeps."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -218,13 +218,18 @@ TABLE_PARTITIONS_SCHEMA = pa.schema(
 )
 
 
-def table_files_table(heads: Sequence[TableHead], views: Sequence[PartitionView] = (), root: str = "") -> pa.Table:
+def table_files_table(
+    heads: Sequence[TableHead],
+    views: Sequence[PartitionView] = (),
+    key_of: Callable[[str], str | None] = lambda path: None,
+) -> pa.Table:
     """One row per data file of each table's head, in partition and offset order, with
     the offset the file must start at for the partition's files to tile it from 0 (I2 in
     the table: no gap, no overlap), and whether it is the live incarnation's committed
     L1 file of its range (``views``: the partitions' states, read after the tables;
-    ``root``: the store's URL, ending in '/', that the tables' paths begin with). A
-    file's name says its range; only its path says whose it is. Pure."""
+    ``key_of``: the store key a file's path names, None outside the store --
+    :meth:`ObjectStore.key_of`). A file's name says its range; only its path says whose
+    it is."""
     by_partition = {(v.topic, v.topic_id, v.partition): v for v in views}
     live = {(v.topic, v.topic_id) for v in views}
     rows = []
@@ -244,7 +249,7 @@ def table_files_table(heads: Sequence[TableHead], views: Sequence[PartitionView]
                     "min_offset": f.min_offset,
                     "max_offset": f.max_offset,
                     "path": f.path,
-                    "committed": _committed(by_partition.get((h.topic, h.topic_id, f.partition)), f, root)
+                    "committed": _committed(by_partition.get((h.topic, h.topic_id, f.partition)), f, key_of)
                     if (h.topic, h.topic_id) in live
                     else None,
                 }
@@ -253,7 +258,7 @@ def table_files_table(heads: Sequence[TableHead], views: Sequence[PartitionView]
     return pa.Table.from_pylist(rows, schema=TABLE_FILES_SCHEMA)
 
 
-def _committed(v: PartitionView | None, f: TableFile, root: str) -> bool:
+def _committed(v: PartitionView | None, f: TableFile, key_of: Callable[[str], str | None]) -> bool:
     """Whether ``f`` is partition ``v``'s committed L1 file of its range, or its copy."""
     if v is None:
         return False  # a partition the live incarnation does not have
@@ -261,7 +266,7 @@ def _committed(v: PartitionView | None, f: TableFile, root: str) -> bool:
     if i == len(v.l1_ends) or v.l1_ends[i] != f.last_offset or (v.l1_ends[i - 1] + 1 if i else 0) != f.first_offset:
         return False
     args = (v.topic, v.partition, f.first_offset, f.last_offset, v.key_id)
-    return f.path in (root + layout.l1_key(*args), root + layout.l1_copy_key(*args))
+    return key_of(f.path) in (layout.l1_key(*args), layout.l1_copy_key(*args))
 
 
 def table_partitions_table(heads: Sequence[TableHead], views: Sequence[PartitionView]) -> pa.Table:

@@ -153,6 +153,13 @@ class ObjectStore(ABC):
             errors.update(res.errors)
         return DeleteResult(tuple(deleted), errors)
 
+    def key_of(self, uri: str) -> str | None:
+        """The key of this store that ``uri`` (as readers and catalogs know an object:
+        ``<url>/<key>``) names, or None if it names nothing in this store. A store whose
+        root has several spellings (a file store reached through a symlink) knows them all."""
+        root = self.url.rstrip("/") + "/"
+        return uri[len(root) :] if uri.startswith(root) and len(uri) > len(root) else None
+
     def sweep_temporary(self, older_than_s: float, now_s: float | None = None) -> int:
         """Delete what interrupted writes left behind that is older than ``older_than_s``;
         return how many went. A store whose writes leave nothing behind has nothing to do."""

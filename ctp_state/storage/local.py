@@ -40,6 +40,17 @@ class LocalStore(ObjectStore):
         self._tmp = os.path.join(self.root, _TMP_DIR)
         os.makedirs(self._tmp, exist_ok=True)
 
+    def key_of(self, uri: str) -> str | None:
+        key = super().key_of(uri)
+        if key is not None or not uri.startswith("file://"):
+            return key
+        # Another spelling of the root (a symlink on the way to it, or to one of its parts):
+        # the same file is the same key.
+        real, root = os.path.realpath(uri[len("file://") :]), os.path.realpath(self.root)
+        if not real.startswith(root + os.sep):
+            return None
+        return real[len(root) + 1 :].replace(os.sep, "/")
+
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
 

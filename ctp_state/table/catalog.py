@@ -30,7 +30,7 @@ from typing import Any
 from ctp_state import layout
 from ctp_state.errors import ConfigError
 from ctp_state.storage import ObjectStore
-from ctp_state.storage.settings import redact_url
+from ctp_state.storage.settings import S3Settings, redact_url
 from ctp_state.topic_meta import Topic
 
 #: Table properties ctp sets: the incarnation the table belongs to, and no commit
@@ -72,6 +72,10 @@ class CatalogConfig:
     scope: str | None = None
     signing_name: str = "s3tables"
     signing_region: str | None = None
+    #: How to reach the warehouse's object store (read and write a REST table's
+    #: manifests, sign its requests): the same S3 settings an S3 store takes
+    #: (``CTP_S3_*``, ``AWS_*``); the store's own when it is on S3.
+    s3: S3Settings | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # It names a directory under the topic's space in the store, and an Iceberg
@@ -129,12 +133,16 @@ class CatalogConfig:
             scope=env.get("CTP_CATALOG_SCOPE") or None,
             signing_name=env.get("CTP_CATALOG_SIGNING_NAME") or "s3tables",
             signing_region=env.get("CTP_CATALOG_SIGNING_REGION") or None,
+            s3=S3Settings.from_env(env)
+            if (env.get("CTP_CATALOG_URI") or "").startswith(("http://", "https://"))
+            else None,
         )
 
     def rest_properties(self, store: ObjectStore) -> dict[str, str]:
-        """pyiceberg ``RestCatalog`` properties: the warehouse and the authentication."""
-        props = {"warehouse": self.warehouse or ""}
-        settings = getattr(store, "_settings", None)
+        """pyiceberg ``RestCatalog`` properties: the warehouse, the warehouse's FileIO and
+        the authentication."""
+        settings: S3Settings | None = getattr(store, "_settings", None) or self.s3
+        props = {**s3_file_io_properties(settings), "warehouse": self.warehouse or ""}
         auth = self.auth or ("sigv4" if settings is not None and settings.access_key_id else "none")
         if auth == "sigv4":
             region = self.signing_region or (settings.region if settings is not None else None) or "us-east-1"
@@ -174,7 +182,11 @@ def default_uri(store: ObjectStore, home: str) -> str:
 
 def file_io_properties(store: ObjectStore) -> dict[str, str]:
     """What pyiceberg's FileIO needs to read and write the store's files."""
-    settings = getattr(store, "_settings", None)
+    return s3_file_io_properties(getattr(store, "_settings", None))
+
+
+def s3_file_io_properties(settings: S3Settings | None) -> dict[str, str]:
+    """pyiceberg FileIO properties for S3 reached with ``settings``."""
     if settings is None:
         return {}
     props = {"s3.region": settings.region or "us-east-1"}
@@ -198,7 +210,7 @@ def open_catalog(store: ObjectStore, config: CatalogConfig, *, home: str) -> Any
             if config.is_rest:
                 from pyiceberg.catalog.rest import RestCatalog
 
-                return RestCatalog("ctp", uri=uri, **{**file_io_properties(store), **config.rest_properties(store)})
+                return RestCatalog("ctp", uri=uri, **config.rest_properties(store))
             from ctp_state.table.sql_catalog import sql_catalog_class
 
             # (creates its own tables if absent: two processes doing that at once

@@ -26,7 +26,7 @@ from ctp_state.errors import CtpError
 from ctp_state.gc.table_hook import TableHeads, TableSweep
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
-from ctp_state.table.catalog import TOPIC_ID, CatalogConfig, default_path, identifier, open_catalog, uri_of
+from ctp_state.table.catalog import TOPIC_ID, CatalogConfig, default_path, identifier, open_catalog
 from ctp_state.table.files import published_vector, table_head
 from ctp_state.table.vector import vector_key, vector_prefix
 from ctp_state.topic_meta import Topic
@@ -107,10 +107,9 @@ def unreachable(
     older head, by a commit that can never land. With no head, or a head whose vector is
     not in the store, nothing is unreachable (a first publish in flight; a head the next
     publish repairs)."""
-    own = table.location().rstrip("/") + "/"
-    root = store.url.rstrip("/") + "/"
+    own = store.key_of(table.location().rstrip("/"))
     space = f"{layout.TABLES_ROOT}{layout.space(t.name, t.key_id)}/"
-    if own.startswith(root) and not own.startswith(root + space):
+    if own is not None and not (own + "/").startswith(space):
         # Only under the table's own location: another table of the topic (another
         # namespace, another catalog) has its own, and nothing here reaches into it.
         raise CtpError(f"table {table.name()} lives at {own}, outside the topic's space {space} in the store")
@@ -119,12 +118,14 @@ def unreachable(
     if listed is None:
         return []
     older_than_head = listed.mtime - slack_s
-    keep = reachable(table)
-    prefixes = [vector_prefix(store, table, t)] + ([own[len(root) :] + "metadata/"] if own.startswith(root) else [])
+    # (as keys: a table written through another spelling of the store's root names the
+    # same files by other URIs)
+    keep = {store.key_of(uri) or uri for uri in reachable(table)}
+    prefixes = [vector_prefix(store, table, t)] + ([own + "/metadata/"] if own is not None else [])
     out = []
     for prefix in prefixes:
         for o in store.list_all(prefix):
-            if o.key in keep or uri_of(store, o.key) in keep:
+            if o.key in keep:
                 continue
             if now_s - o.mtime >= grace_s and o.mtime < older_than_head:
                 out.append(o)

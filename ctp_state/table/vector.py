@@ -38,9 +38,9 @@ class VectorMissing(CorruptData):
 
 def key_of(store: ObjectStore, uri: str) -> str:
     """The store key of a URI under the store (:func:`ctp_state.table.catalog.uri_of`'s
-    inverse); a URI elsewhere is returned as it is."""
-    prefix = store.url.rstrip("/") + "/"
-    return uri[len(prefix) :] if uri.startswith(prefix) else uri
+    inverse, whichever spelling of the store's root it has); a URI elsewhere is returned
+    as it is."""
+    return store.key_of(uri) or uri
 
 
 def vector_key(snapshot: Any) -> str | None:
@@ -71,10 +71,9 @@ def vector_prefix(store: ObjectStore, table: Any, t: Topic) -> str:
     (``.../published/``) when that is in the store; for a table whose location its
     catalog decides (a REST catalog's warehouse), under a location of ctp's own named
     like one, ``tables/<space>/<namespace>-<table uuid>/published/``."""
-    own: str = table.location().rstrip("/") + "/"
-    root = store.url.rstrip("/") + "/"
-    if own.startswith(root):
-        return own[len(root) :] + "published/"
+    own = store.key_of(table.location().rstrip("/"))
+    if own is not None:
+        return own + "/published/"
     namespace: str = table.name()[0] if len(table.name()) > 1 else "table"
     return (
         f"{layout.TABLES_ROOT}{layout.space(t.name, t.key_id)}/{namespace}-{table.metadata.table_uuid.hex}/published/"

@@ -19,7 +19,7 @@ from ctp_state import crashpoints
 from ctp_state.gc import run_gc
 from ctp_state.settings import GcSettings
 from ctp_state.table.files import published_vector, table_head
-from ctp_state.table.maintenance import CatalogTables
+from ctp_state.table.maintenance import CLOCK_SLACK_S, CatalogTables
 from ctp_state.table.vector import PUBLISHED
 from ctp_state.topics import create_topic, get_topic
 from tests.support.table import READERS, committed, do_publish, load, sortable, table_of
@@ -134,3 +134,34 @@ def test_publish_rebuild_makes_a_table_whose_manifests_are_lost_whole_again(stor
     out = ctp_on_path(env, "table", "publish", "t", "--rebuild", "--json")
     assert out.returncode == 0, out.stderr
     assert_table_whole(store, config, tmp_path)
+
+
+def test_a_table_written_through_another_spelling_of_the_store_is_neither_refused_nor_swept(tmp_path, config, gate):
+    """A file store reached through a symlink (``/data/ctp`` -> ``/mnt/disk/ctp``; a DAG
+    and an operator's shell spelling it differently): the table's paths carry one root,
+    the GC runs under the other. Found BROKEN by review: the gate's committed check
+    compared whole paths and failed every run (nothing collected); reading the sweep
+    after it, its reachable set was compared by URI too, so the head's own manifests
+    would have gone as unreachable. Both now compare store keys (ObjectStore.key_of)."""
+    import os
+    import time
+
+    from ctp_state.storage import open_store
+
+    real = tmp_path / "disk" / "store"
+    real.mkdir(parents=True)
+    os.symlink(tmp_path / "disk", tmp_path / "link")
+    via_link = open_store(f"file://{tmp_path}/link/store", {})
+    via_real = open_store(f"file://{real}", {})
+    create_topic(via_link, "t", 3)
+    load(via_link, rounds=1, tag="a-")
+    do_publish(via_link, config, tmp_path)
+    time.sleep(1 + CLOCK_SLACK_S)  # the first publish's files are older than the next head
+    load(via_link, rounds=1, tag="b-")
+    do_publish(via_link, config, tmp_path)
+    rec = sweeping_gc(via_real, gate, config, tmp_path)
+    assert rec.status == "ok" and rec.gate.success, rec
+    table = table_of(via_real, config, tmp_path)
+    assert table_head(via_real, table, get_topic(via_real, "t")).published == {0: 7, 1: 7, 2: 7}
+    for name, reader in READERS.items():
+        assert sortable(reader(table, via_real)).equals(committed(via_real)), name
