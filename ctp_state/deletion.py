@@ -339,6 +339,7 @@ def remove(
     grace_s: float = DEFAULT_REMOVAL_GRACE_S,
     delete: Callable[[list[ObjectInfo]], set[str]],
     sweep_removed: bool = False,
+    drop_table: Callable[[Topic], str | None] = lambda t: None,
 ) -> RemoveResult:
     """Remove the state of every deleted incarnation that is due (see the module
     docstring for the order). ``delete(objects)`` deletes and returns the keys that
@@ -370,6 +371,11 @@ def remove(
                     p, why = unsealed[0]
                     res.errors.append(f"{what}: partition {p} could not be sealed: {why}")
                     continue
+            # The table's catalog entry first: it names the files about to go (a REST
+            # catalog's table would be loadable and unreadable). Not a reason to wait.
+            not_dropped = drop_table(t)
+            if not_dropped:
+                res.errors.append(f"{what}: its table was not dropped: {not_dropped}")
             ok = True
             for root in REMOVAL_ORDER:
                 objs = state_keys(store, t, root)

@@ -102,8 +102,9 @@ def exported(env: dict[str, str]) -> Iterator[None]:
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
     """The suite's S3 server: SeaweedFS (a real S3 implementation, atomic conditional
     writes, SigV4 enforced) on loopback with generated credentials, one per test
-    process; its settings exported to this process's environment."""
-    with LocalS3(tmp_path_factory.mktemp("seaweedfs")) as server, exported(server.env):
+    process, with its Iceberg REST catalog (table bucket ``warehouse``); its S3 settings
+    exported to this process's environment."""
+    with LocalS3(tmp_path_factory.mktemp("seaweedfs"), catalog=True) as server, exported(server.env):
         yield server
 
 
@@ -194,11 +195,32 @@ def config(tmp_path) -> CatalogConfig:
     return CatalogConfig(uri=f"sqlite:///{tmp_path}/catalog.db", namespace="ctp")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "rest"])
 def catalogs(request, tmp_path) -> Iterator[CatalogConfig]:
-    """Both SQL catalogs: a SQLite file, and a database of its own on the machine's
-    PostgreSQL (127.0.0.1:5432, as in CI)."""
-    if request.param == "sqlite":
+    """Every kind of catalog: a SQLite file, a database of its own on the machine's
+    PostgreSQL (127.0.0.1:5432, as in CI), and SeaweedFS's Iceberg REST catalog (a
+    namespace of its own; SigV4 with the S3 server's credentials)."""
+    if request.param == "rest":
+        server: LocalS3 = request.getfixturevalue("s3_server")
+        yield rest_catalog(server)
+        return
+    yield from sql_catalog(request.param, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_catalogs(request, tmp_path) -> Iterator[CatalogConfig]:
+    """Both SQL catalogs (for what is about ctp's own SQL catalog class)."""
+    yield from sql_catalog(request.param, tmp_path)
+
+
+def rest_catalog(server: LocalS3) -> CatalogConfig:
+    """The REST catalog of ``server``, under a namespace no other test uses."""
+    env = {**server.env, **server.catalog_env, "CTP_TABLE_NAMESPACE": f"t{uuid.uuid4().hex[:12]}"}
+    return CatalogConfig.from_env(env)
+
+
+def sql_catalog(kind: str, tmp_path) -> Iterator[CatalogConfig]:
+    if kind == "sqlite":
         yield CatalogConfig(uri=f"sqlite:///{tmp_path}/catalog.db", namespace="ctp")
         return
     import psycopg

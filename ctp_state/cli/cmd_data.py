@@ -220,8 +220,10 @@ def demo(
     no_reconcile: bool,
     no_gc: bool,
 ) -> None:
-    """Run the end-to-end flow on this store and print what happened."""
+    """Run the end-to-end flow on this store and print what happened (the topic's
+    Iceberg table too: catalog from $CTP_CATALOG_URI, as for ctp table)."""
     from ctp_state.cli.demo import run_demo
+    from ctp_state.table.catalog import CatalogConfig
 
     say = (lambda _msg: None) if as_json else click.echo
 
@@ -230,10 +232,22 @@ def demo(
 
         return reconcile_with_spark(store, ReconcileSettings(), master=master, topics=[topic_name], app_name="ctp-demo")
 
+    catalog = CatalogConfig.from_env(os.environ)
+    home = os.path.expanduser("~")
+
+    def publish() -> Any:
+        from ctp_state.table.jobs import publish_topics
+
+        (done,) = publish_topics(store, catalog, home=home, topics=[topic_name])
+        return done
+
     def gc(dry_run: bool) -> Any:
+        from ctp_state.table.maintenance import CatalogTables
         from expectations.job import gc_job, report_dir_from_env
 
-        out = gc_job(store, GcSettings(dry_run=dry_run), report_dir_from_env(os.environ, store.url))
+        settings = GcSettings(dry_run=dry_run)
+        tables = CatalogTables.for_gc(store, catalog, settings, home=home)
+        out = gc_job(store, settings, report_dir_from_env(os.environ, store.url), tables=tables)
         if out.error is not None:
             raise out.error
         return out.record, out.report
@@ -246,6 +260,7 @@ def demo(
         records_per_round=records,
         say=say,
         reconcile=None if no_reconcile else reconcile,
+        publish=None if no_reconcile else publish,
         gc=None if no_gc else gc,
     )
     if as_json:

@@ -3,7 +3,8 @@
 A topic, epochs advancing while producers write, a producer with a stale cached epoch
 being told it was rejected, the Spark reconciler lifting everything into L1 (when given
 one), a check that every record reads back exactly once, then the GC behind its Great
-Expectations gate (a dry run, then the real one), the read-back again, and the report.
+Expectations gate (a dry run, then the real one), the read-back again, and the report;
+the committed L1 files are published to the topic's Iceberg table after the reconcile.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from click import UsageError
 
@@ -23,6 +25,9 @@ from ctp_state.records import GcRecord, ReconcileSummary, encode
 from ctp_state.status import facts, read_states
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic
+
+if TYPE_CHECKING:
+    from ctp_state.table.publish import Published
 
 
 def run_demo(
@@ -36,6 +41,7 @@ def run_demo(
     say: Callable[[str], None] = print,
     seed: int = 7,
     reconcile: Callable[[], ReconcileSummary] | None = None,
+    publish: Callable[[], Published] | None = None,
     gc: Callable[[bool], tuple[GcRecord, str]] | None = None,
 ) -> JsonObject:
     rng = random.Random(seed)
@@ -87,6 +93,13 @@ def run_demo(
         )
         if total != expected:
             raise RuntimeError(f"read back {total} records, the logs hold {expected}")
+    table: Published | None = None
+    if publish is not None:
+        table = publish()
+        say(
+            f"table {table.table}: {table.files_added} L1 files ({table.records_added} records) published, "
+            f"snapshot {table.snapshot_id}"
+        )
     collected: GcRecord | None = None
     report: str | None = None
     if gc is not None:
@@ -122,6 +135,7 @@ def run_demo(
         "stale_write_rejected": not verdict.accepted,
         "reconcile": None if reconciled is None else {k: v for k, v in encode(reconciled).items() if k != "partitions"},
         "m_if_gc_ran_now": m,
+        "table": None if table is None else table.as_dict(),
         "gc": None
         if collected is None
         else {

@@ -253,6 +253,7 @@ def run_gc(
             grace_s=config.topic_removal_grace_s,
             delete=lambda objs: set(delete_objects(bulk, objs, in_flight=config.in_flight).failed_keys),
             sweep_removed=p.full_sweep,
+            drop_table=tables.drop if tables is not None else lambda t: None,
         )
         for err in removal.errors:
             log.warning("removing a deleted topic: %s", err)

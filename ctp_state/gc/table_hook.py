@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ctp_state.storage import ObjectInfo
+from ctp_state.topic_meta import Topic
 
 
 @dataclass(frozen=True)
@@ -73,4 +74,10 @@ class TableHook(Protocol):
     def maintain(self, now_s: float, grace_s: float) -> TableSweep:
         """Expire old snapshots; the files nothing reaches, older than ``grace_s`` by the
         store's clock ``now_s``."""
+        ...
+
+    def drop(self, t: Topic) -> str | None:
+        """Drop deleted incarnation ``t``'s table from the catalog before the GC removes
+        its files (a REST catalog's table would otherwise go on naming them); None, or
+        why it could not."""
         ...

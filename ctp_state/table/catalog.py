@@ -138,6 +138,25 @@ class CatalogConfig:
             else None,
         )
 
+    def as_env(self) -> dict[str, str]:
+        """The environment that gives these settings to a child process (secrets
+        included: for the child's environment only, never for a log)."""
+        pairs = {
+            "CTP_CATALOG_URI": self.uri,
+            "CTP_TABLE_NAMESPACE": self.namespace,
+            "CTP_CATALOG_WAREHOUSE": self.warehouse,
+            "CTP_CATALOG_AUTH": self.auth,
+            "CTP_CATALOG_TOKEN": self.token,
+            "CTP_CATALOG_CREDENTIAL": self.credential,
+            "CTP_CATALOG_OAUTH2_URI": self.oauth2_uri,
+            "CTP_CATALOG_SCOPE": self.scope,
+            "CTP_CATALOG_SIGNING_REGION": self.signing_region,
+        }
+        env = {k: v for k, v in pairs.items() if v}
+        if self.is_rest:
+            env["CTP_CATALOG_SIGNING_NAME"] = self.signing_name
+        return env
+
     def rest_properties(self, store: ObjectStore) -> dict[str, str]:
         """pyiceberg ``RestCatalog`` properties: the warehouse, the warehouse's FileIO and
         the authentication."""

@@ -202,6 +202,30 @@ class CatalogTables:
             out.update({(t.name, p): vector.get(p, -1) for p in range(t.partitions)})
         return out, errors
 
+    def drop(self, t: Topic) -> str | None:
+        if self.config.uri is None and not os.path.exists(default_path(self.store, self.home)):
+            return None
+        from pyiceberg.exceptions import NoSuchTableError
+
+        from ctp_state.table.publish import drop_if_at
+
+        ident = identifier(self.config, t.name)
+        try:
+            catalog = open_catalog(self.store, self.config, home=self.home)
+            table = catalog.load_table(ident)
+        except NoSuchTableError:
+            return None
+        except Exception as e:  # a catalog in trouble, or metadata already gone (SQL)
+            return f"{'.'.join(ident)}: {type(e).__name__}: {e}"
+        if table.properties.get(TOPIC_ID) != t.incarnation:
+            return None  # another incarnation's (a new one published already)
+        try:
+            if drop_if_at(catalog, ident, table.metadata_location):
+                log.info("dropped table %s of deleted incarnation %s", ".".join(ident), t.incarnation)
+        except Exception as e:
+            return f"{'.'.join(ident)}: {type(e).__name__}: {e}"
+        return None
+
     def maintain(self, now_s: float, grace_s: float) -> TableSweep:
         errors: list[str] = []
         expired, found = 0, []

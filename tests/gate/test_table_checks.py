@@ -35,6 +35,10 @@ def l0_count(store) -> int:
 def published(store, config, tmp_path):
     """Topic t (3 partitions): two reconciled rounds, both published; a third round
     reconciled and not published yet; the epoch advanced so M can pass the L0 objects."""
+    return publish_two_rounds(store, config, tmp_path)
+
+
+def publish_two_rounds(store, config, tmp_path):
     from ctp_state.topics import create_topic
 
     create_topic(store, "t", 3)
@@ -45,8 +49,9 @@ def published(store, config, tmp_path):
     return store
 
 
-def test_a_table_that_follows_its_log_passes_and_is_what_the_gate_judged(published, config, tmp_path):
-    store = published
+def test_a_table_that_follows_its_log_passes_and_is_what_the_gate_judged(store, catalogs, tmp_path):
+    config = catalogs  # (on every kind of catalog: SQLite, PostgreSQL, REST)
+    store = publish_two_rounds(store, config, tmp_path)
     p = prepare(store, GcSettings(dry_run=True), tables=tables_of(store, config, tmp_path))
     files = p.frames["table_files"].to_pylist()
     parts = p.frames["table_partitions"].to_pylist()
@@ -79,10 +84,11 @@ def assert_stopped(store, config, tmp_path, why: str) -> None:
     assert l0_count(store) == before  # nothing deleted
 
 
-def test_a_table_that_publishes_past_its_log_stops_the_gc(published, config, tmp_path):
+def test_a_table_that_publishes_past_its_log_stops_the_gc(store, catalogs, tmp_path):
     """A file the log does not commit (an orphan at offsets past the reconciled end)
     appended under a vector that claims it: published > reconciled."""
-    store = published
+    config = catalogs  # (on every kind of catalog: SQLite, PostgreSQL, REST)
+    store = publish_two_rounds(store, config, tmp_path)
     t = get_topic(store, "t")
     last = table_of(store, config, tmp_path)
     first = data_files(last)[0]
@@ -153,7 +159,7 @@ def test_status_and_validate_show_the_table_beside_the_log(published, config, tm
     from tests.support import ctp
 
     store = published
-    env = {**subprocess_env, "CTP_CATALOG_URI": config.uri, "HOME": str(tmp_path)}
+    env = {**subprocess_env, **config.as_env(), "HOME": str(tmp_path)}
     r = ctp(env, "status", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["partitions"]
@@ -194,6 +200,9 @@ def test_a_topic_deleted_and_created_again_between_the_two_reads_does_not_stop_t
         def maintain(self, now_s, grace_s):
             return real.maintain(now_s, grace_s)
 
+        def drop(self, t):
+            return real.drop(t)
+
     rec = run_gc(store, gate=GxGate(str(tmp_path / "report")), config=GcSettings(), tables=DeletedInBetween())
     assert rec.status == "ok" and rec.gate.success
 
@@ -201,12 +210,13 @@ def test_a_topic_deleted_and_created_again_between_the_two_reads_does_not_stop_t
 # --- round-four review, suspect: the checks read only a file's <first>-<last> name -----------
 
 
-def test_a_table_file_that_is_not_a_committed_l1_file_stops_the_gc(published, config, tmp_path):
+def test_a_table_file_that_is_not_a_committed_l1_file_stops_the_gc(store, catalogs, tmp_path):
     """A rogue commit swaps in, for reconciled offsets 8-11, a file at another key with
     the same name tail and the same rows (a copy under another incarnation's space): it
     tiles, it holds the range its name gives, the vector agrees -- and it is not the file
     the live incarnation's log commits."""
-    store = published
+    config = catalogs  # (on every kind of catalog: SQLite, PostgreSQL, REST)
+    store = publish_two_rounds(store, config, tmp_path)
     t = get_topic(store, "t")
     mine = layout.l1_key("t", 0, 8, 11, t.key_id)
     elsewhere = layout.l1_key("t", 0, 8, 11, "0123456789abcdef0123456789abcdef")

@@ -3,6 +3,8 @@ publish, the table and what it must hold, and the engines that read it back."""
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 
 from ctp_state import l1
@@ -12,6 +14,7 @@ from ctp_state.producer import Producer
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
 from ctp_state.status import read_states
+from ctp_state.storage import S3Settings
 from ctp_state.table.catalog import open_catalog
 from ctp_state.table.publish import publish
 from ctp_state.topics import get_topic
@@ -48,7 +51,7 @@ def do_publish(store, config, tmp_path):
 
 
 def table_of(store, config, tmp_path):
-    return open_catalog(store, config, home=str(tmp_path)).load_table(("ctp", "t"))
+    return open_catalog(store, config, home=str(tmp_path)).load_table((config.namespace, "t"))
 
 
 def committed(store, partitions: int = 3) -> pa.Table:
@@ -79,10 +82,13 @@ def read_duckdb(table, store) -> pa.Table:
     from duckdb_extensions import import_extension
 
     con = duckdb.connect()
-    for ext in ("avro", "iceberg") + (("httpfs",) if store.url.startswith("s3://") else ()):
+    on_s3 = store.url.startswith("s3://") or table.metadata_location.startswith("s3://")
+    for ext in ("avro", "iceberg") + (("httpfs",) if on_s3 else ()):
         import_extension(ext, con=con)
         con.execute(f"LOAD {ext}")
-    settings = getattr(store, "_settings", None)
+    # the store's S3 settings, or (a REST catalog's warehouse beside a file store) the S3
+    # server's, which the suite exports
+    settings = getattr(store, "_settings", None) or (S3Settings.from_env(os.environ) if on_s3 else None)
     if settings is not None:
         endpoint = settings.endpoint_url.split("://", 1)[1]
         con.execute(

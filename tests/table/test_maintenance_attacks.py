@@ -64,6 +64,11 @@ def test_a_publish_paused_across_a_gc_sweep_commits_nothing_that_was_deleted(sto
         done = do_publish(store, catalogs, tmp_path)
     finally:
         crashpoints.install(None)
+    if catalogs.is_rest and point == "table_commit_before_update":
+        # A REST catalog writes the new metadata and moves the table in one request:
+        # there is no such moment to pause at (the metadata is the catalog's anyway).
+        assert not swept
+        swept.append(sweeping_gc(store, gate, catalogs, tmp_path))
     assert swept and swept[0].status == "ok", swept
     assert done.files_added == 3
     head = assert_table_whole(store, catalogs, tmp_path)
@@ -130,7 +135,7 @@ def test_publish_rebuild_makes_a_table_whose_manifests_are_lost_whole_again(stor
     with pytest.raises(OSError):
         committed_table = table_of(store, config, tmp_path)
         READERS["pyiceberg"](committed_table, store)
-    env = {**subprocess_env, "CTP_CATALOG_URI": config.uri, "CTP_TABLE_NAMESPACE": config.namespace}
+    env = {**subprocess_env, **config.as_env()}
     out = ctp_on_path(env, "table", "publish", "t", "--rebuild", "--json")
     assert out.returncode == 0, out.stderr
     assert_table_whole(store, config, tmp_path)

@@ -14,28 +14,28 @@ from tests.support.table import do_publish, load
 IDENT = ("ctp", "t")
 
 
-def test_a_commit_from_an_overtaken_table_fails_and_changes_nothing(store, catalogs, tmp_path):
+def test_a_commit_from_an_overtaken_table_fails_and_changes_nothing(store, sql_catalogs, tmp_path):
     create_topic(store, "t", 3)
     load(store, rounds=1)
-    do_publish(store, catalogs, tmp_path)
-    catalog = open_catalog(store, catalogs, home=str(tmp_path))
+    do_publish(store, sql_catalogs, tmp_path)
+    catalog = open_catalog(store, sql_catalogs, home=str(tmp_path))
     first, overtaken = catalog.load_table(IDENT), catalog.load_table(IDENT)
 
     first.transaction().set_properties(first="1").commit_transaction()
     with pytest.raises(CommitFailedException):
         overtaken.transaction().set_properties(second="2").commit_transaction()
 
-    now = open_catalog(store, catalogs, home=str(tmp_path)).load_table(IDENT)
+    now = open_catalog(store, sql_catalogs, home=str(tmp_path)).load_table(IDENT)
     assert now.properties.get("first") == "1" and "second" not in now.properties
     assert now.metadata_location == first.metadata_location  # (the table a commit returns is the new head)
     assert now.current_snapshot().snapshot_id == overtaken.current_snapshot().snapshot_id
 
 
-def test_a_current_tables_commit_does_not_load_it_again(store, catalogs, tmp_path, monkeypatch):
+def test_a_current_tables_commit_does_not_load_it_again(store, sql_catalogs, tmp_path, monkeypatch):
     create_topic(store, "t", 3)
     load(store, rounds=1)
-    do_publish(store, catalogs, tmp_path)
-    catalog = open_catalog(store, catalogs, home=str(tmp_path))
+    do_publish(store, sql_catalogs, tmp_path)
+    catalog = open_catalog(store, sql_catalogs, home=str(tmp_path))
     table = catalog.load_table(IDENT)
     monkeypatch.setattr(catalog, "load_table", lambda *_: pytest.fail("the commit loaded the table again"))
 
@@ -48,7 +48,7 @@ def test_a_current_tables_commit_does_not_load_it_again(store, catalogs, tmp_pat
     assert now.metadata_location == table.metadata_location
 
 
-def test_two_commits_through_one_shared_table_never_land_one_on_the_others_head(catalogs, tmp_path):
+def test_two_commits_through_one_shared_table_never_land_one_on_the_others_head(sql_catalogs, tmp_path):
     """Found by review: B makes its commit from the shared table's metadata; while B
     writes its metadata file, A's commit through the same table object lands and moves
     the object on. B must fail (its base is gone), not land on A's head and drop A's
@@ -59,7 +59,7 @@ def test_two_commits_through_one_shared_table_never_land_one_on_the_others_head(
 
     from ctp_state.table.sql_catalog import sql_catalog_class
 
-    catalog = sql_catalog_class()("c", uri=catalogs.uri, warehouse=f"file://{tmp_path}/wh")
+    catalog = sql_catalog_class()("c", uri=sql_catalogs.uri, warehouse=f"file://{tmp_path}/wh")
     catalog.create_namespace_if_not_exists("ns")
     schema = pa.schema([pa.field("x", pa.int64())])
     catalog.create_table(("ns", "t"), schema=schema, properties={"commit.retry.num-retries": "0"})
@@ -96,5 +96,5 @@ def test_two_commits_through_one_shared_table_never_land_one_on_the_others_head(
         t.join()
 
     assert outcome == {"A": "committed", "B": "refused"}
-    rows = sql_catalog_class()("c", uri=catalogs.uri).load_table(("ns", "t")).scan().to_arrow().column("x")
+    rows = sql_catalog_class()("c", uri=sql_catalogs.uri).load_table(("ns", "t")).scan().to_arrow().column("x")
     assert sorted(rows.to_pylist()) == [0, 1]
