@@ -11,10 +11,11 @@
 #   scripts/demo.sh --s3 [--cli]
 #                              the same, on a real S3 protocol: a local SeaweedFS server
 #                              (loopback only, generated credentials, data under
-#                              .ctp-demo/seaweedfs; report, Airflow and catalog under
-#                              .ctp-demo/s3/), started before and stopped after
+#                              .ctp-demo/seaweedfs; report and Airflow under .ctp-demo/s3/;
+#                              the tables in its Iceberg REST catalog), started before
+#                              and stopped after
 # The modes run in any order in one checkout: each store keeps its own report directory,
-# Airflow home and Iceberg catalog.
+# Airflow home and Iceberg catalog (the file store's SQLite file, the S3 store's REST catalog).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$repo/scripts/bootstrap.sh"
@@ -29,9 +30,9 @@ if [ "${1:-}" = --s3 ]; then
   shift
   # The store is a prefix of the server's bucket; the server's settings reach every
   # child (Airflow tasks, spark-submit) through the environment.
-  s3=(python -m ctp_state.local_s3 --dir "$demo/seaweedfs" --prefix demo --)
+  # Its Iceberg REST catalog too (--catalog): the tables are published there.
+  s3=(python -m ctp_state.local_s3 --dir "$demo/seaweedfs" --prefix demo --catalog --)
   mine="$demo/s3"
-  export CTP_CATALOG_URI="${CTP_CATALOG_URI:-sqlite:///$mine/catalog.db}"
 else
   mine="$demo"
   export CTP_STORE="${CTP_STORE:-file://$demo/store}"
