@@ -16,9 +16,11 @@ Then **`publish`** appends every newly committed L1 file to its topic's Apache I
 table (`<namespace>.<topic>`, exactly once: safe to retry, and beside another
 publisher), so the records reconciled are queryable by Spark, DuckDB, polars or
 pyiceberg. Catalog: Variable `ctp_catalog_uri` or `$CTP_CATALOG_URI` (a SQLAlchemy URL,
-e.g. the compose PostgreSQL, or a REST catalog); default a SQLite file inside a
-`file://` store. Namespace: `$CTP_TABLE_NAMESPACE` (default `ctp`). The task's return
-value lists, per table, the files and records added.
+e.g. the compose PostgreSQL, or a REST catalog's `http(s)://` URI with its warehouse in
+Variable `ctp_catalog_warehouse` and a token or OAuth2 client in the connection
+`ctp_catalog`; SigV4 with the `ctp_s3` credentials by default); default a SQLite file
+inside a `file://` store. Namespace: `$CTP_TABLE_NAMESPACE` (default `ctp`). The task's
+return value lists, per table, the files and records added.
 
 - **Params**: `topics` (empty = all), `target_file_mb`, `idle_lag`.
 - **Updates** `ctp://reconcile/summary` (Spark), which schedules the GC DAG, and
