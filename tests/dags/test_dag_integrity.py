@@ -179,3 +179,32 @@ def test_the_alert_hook_never_raises_even_when_its_variable_cannot_be_read(monke
     monkeypatch.setattr(ctp_common, "_variable", lambda name: "no.such.module:page")
     ctp_common.on_ctp_alert({"exception": "x"})
     assert "no.such.module:page" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("conn", "auth", "field"),
+    [
+        ({"conn_type": "generic", "password": "a-bearer-token-1234"}, "token", "token"),
+        (
+            {"conn_type": "generic", "login": "client", "password": "a-client-secret-1234", "extra": {"scope": "s"}},
+            "oauth2",
+            "credential",
+        ),
+    ],
+)
+def test_a_rest_catalog_is_configured_from_variables_and_the_ctp_catalog_connection(monkeypatch, conn, auth, field):
+    """The tasks' catalog: Variables ctp_catalog_uri and ctp_catalog_warehouse, the
+    connection ctp_catalog's password (a token) or login and password (OAuth2 client
+    credentials); the secret reaches the settings and never their repr."""
+    import json
+
+    monkeypatch.syspath_prepend(os.path.abspath(DAGS))
+    import ctp_common
+
+    monkeypatch.setenv("AIRFLOW_VAR_CTP_CATALOG_URI", "https://catalog.example/api/catalog")
+    monkeypatch.setenv("AIRFLOW_VAR_CTP_CATALOG_WAREHOUSE", "lake")
+    monkeypatch.setenv("AIRFLOW_CONN_CTP_CATALOG", json.dumps(conn))
+    config = ctp_common.CtpConfig("file:///tmp/ctp", "/tmp/report", {}, ctp_common._catalog_env()).catalog()
+    assert (config.uri, config.warehouse, config.auth) == ("https://catalog.example/api/catalog", "lake", auth)
+    assert conn["password"] in (getattr(config, field) or "")
+    assert conn["password"] not in repr(config) and conn["password"] not in repr(ctp_common.resolve())
