@@ -122,8 +122,11 @@ def _catalog_env() -> dict[str, str]:
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     env = {}
-    for var, name in (("ctp_catalog_uri", "CTP_CATALOG_URI"), ("ctp_catalog_warehouse", "CTP_CATALOG_WAREHOUSE")):
-        if value := _variable(var):
+    for name, value in (
+        ("CTP_CATALOG_URI", _variable("ctp_catalog_uri")),
+        ("CTP_CATALOG_WAREHOUSE", _variable("ctp_catalog_warehouse")),
+    ):
+        if value:
             env[name] = value
     try:
         conn = BaseHook.get_connection(CATALOG_CONN_ID)

@@ -112,12 +112,6 @@ class Driver:
             raise SystemExit(f"error: DAG {dag_id} finished {state}; task logs in {self.log_path} (tail above)")
 
 
-def table_config():
-    from ctp_state.table.catalog import CatalogConfig
-
-    return CatalogConfig.from_env(os.environ)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="produce + epoch-advance rounds")
@@ -197,7 +191,7 @@ def main() -> None:
     # The reconcile DAG's publish task put the committed records into the topic's table.
     from ctp_state.table.jobs import describe
 
-    table = describe(store, table_config(), args.topic, home=os.path.expanduser("~"))
+    table = describe(store, cfg.catalog(), args.topic, home=os.path.expanduser("~"))  # the DAGs' catalog
     published = sum(f.records for f in table.files)
     say(f"table {table.table}: {published} records in {len(table.files)} files ({table.metadata_location})")
     out = {

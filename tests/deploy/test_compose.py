@@ -132,10 +132,14 @@ def test_every_connection_and_variable_the_dags_use_is_defined(compose):
     conn_ids = set(re.findall(r'CONN_ID = "(\w+)"', src))
     variables = set(re.findall(r'_variable\("(\w+)"\)', src))
     # unset: the alert is logged and fails check_m, nobody is paged; the catalog comes
-    # from $CTP_CATALOG_URI (compose sets it, below)
-    optional = {"ctp_alert_callback", "ctp_catalog_uri"}
-    assert conn_ids == {"spark_default", "ctp_s3"} and variables == {"ctp_store", "ctp_report_dir"} | optional
+    # from $CTP_CATALOG_URI (compose sets it, below); a REST catalog's warehouse and
+    # credentials (Variable ctp_catalog_warehouse, connection ctp_catalog) only with one
+    optional = {"ctp_alert_callback", "ctp_catalog_uri", "ctp_catalog_warehouse"}
+    optional_conns = {"ctp_catalog"}
+    assert conn_ids == {"spark_default", "ctp_s3"} | optional_conns
+    assert variables == {"ctp_store", "ctp_report_dir"} | optional
     variables -= optional
+    conn_ids -= optional_conns
     for name in AIRFLOW:
         env = env_of(compose["services"][name])
         for cid in conn_ids:
