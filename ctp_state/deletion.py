@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -119,10 +119,13 @@ def delete_topic(
     expect_id: str | None = None,
     threads: int = 16,
     on_progress: Callable[[int, int], None] = lambda done, total: None,
+    remembered: Callable[[], Iterable[tuple[str, str | None, int]]] = lambda: (),
 ) -> tuple[Topic, SealResult]:
     """Delete ``name``'s live incarnation (``expect_id``: only if it is that one): the
     tombstone, then the seals. Raises :class:`~ctp_state.errors.TopicNotFound` (or
-    ``TopicDeleted``) when there is nothing live to delete.
+    ``TopicDeleted``) when there is nothing live to delete. An ``expect_id`` the name's
+    history does not record is acknowledged lost (:func:`acknowledge_lost`; ``remembered``:
+    the partitions the GC remembers, as ``(topic, incarnation id, partition)``).
 
     With ``expect_id``, doing it again is safe (a retried Airflow task, a rerun after
     ``kill -9``): an incarnation already deleted has its seals finished, and nothing
@@ -137,7 +140,7 @@ def delete_topic(
         gone = next((t for t in st.removed if t.incarnation == expect_id), None)
         recorded = done or gone or (st.current if st.current and st.current.incarnation == expect_id else None)
         if recorded is None:
-            return acknowledge_lost(store, st, expect_id), SealResult(lost=True)
+            return acknowledge_lost(store, st, expect_id, remembered()), SealResult(lost=True)
     else:
         done = st.deleting[-1][0] if st.current is None and st.deleting else None
         gone = None
@@ -173,14 +176,16 @@ def _refuse_if_a_delete_is_unfinished(store: ObjectStore, st: NameState, live: T
             )
 
 
-def acknowledge_lost(store: ObjectStore, st: NameState, incarnation: str) -> Topic:
+def acknowledge_lost(
+    store: ObjectStore, st: NameState, incarnation: str, remembered: Iterable[tuple[str, str | None, int]] = ()
+) -> Topic:
     """Record ``incarnation`` of ``st.name``, which the name's history does not record,
     as lost and deleted (``ctp topic delete NAME --id ID``). It must leave a trace: state
-    under its space in the store, or partitions the GC remembers of it. Its partition
-    count is the most either shows; the GC then stops refusing on it and removes what
-    is left of it after the grace period, without sealing (its logs may be partly gone)."""
+    under its space in the store, or partitions the GC remembers of it (``remembered``:
+    ``(topic, incarnation id, partition)``, :func:`ctp_state.gc.history.remembered`). Its
+    partition count is the most either shows; what can be sealed of it is sealed, and
+    the GC stops refusing on it and removes the rest after the grace period."""
     from ctp_state.errors import TopicNotFound
-    from ctp_state.gc.history import GcHistory, reference_view
 
     key_id = None if incarnation == "legacy" else incarnation
     if key_id is not None and not layout.is_id_dir(f"{key_id}/", ""):
@@ -197,11 +202,9 @@ def acknowledge_lost(store: ObjectStore, st: NameState, incarnation: str) -> Top
         for d in store.list_level(top)[0]:
             if layout.is_partition_dir(d, top) and next(iter(store.list(d)), None) is not None:
                 partitions = max(partitions, int(d[len(top) : -1]) + 1)
-    history = GcHistory(store)
-    _, remembered = reference_view(history, history.tail(GC_MEMORY_RECORDS, unreadable=[]))
-    for r in remembered:
-        if r.topic == st.name and (r.topic_id or "legacy") == incarnation:
-            partitions = max(partitions, r.partition + 1)
+    for topic, topic_id, partition in remembered:
+        if topic == st.name and (topic_id or "legacy") == incarnation:
+            partitions = max(partitions, partition + 1)
     if partitions == 0:
         live = f"; the live one is {st.current.incarnation}" if st.current is not None else ""
         raise TopicNotFound(
@@ -250,11 +253,6 @@ def seal_lost(store: ObjectStore, t: Topic) -> SealResult:
             elif what == "already":
                 res.already += 1
     return res
-
-
-#: How many of the newest GC records :func:`acknowledge_lost` looks through for the
-#: newest passing run's partition view (the one the GC checks partitions against).
-GC_MEMORY_RECORDS = 64
 
 
 # --- the GC's part ------------------------------------------------------------------------

@@ -77,8 +77,10 @@ def ctp_topic_delete():
     def delete(target: dict[str, str]) -> dict[str, object]:
         """Tombstone and seals of the pinned incarnation (idempotent)."""
         from ctp_state.deletion import delete_topic
+        from ctp_state.gc.history import remembered
 
-        t, res = delete_topic(open_store(resolve()), target["topic"], expect_id=target["id"])
+        store = open_store(resolve())
+        t, res = delete_topic(store, target["topic"], expect_id=target["id"], remembered=lambda: remembered(store))
         if res.errors:
             p, why = res.errors[0]
             log.warning(

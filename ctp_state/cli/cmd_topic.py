@@ -69,6 +69,7 @@ def topic_delete(store: ObjectStore, as_json: bool, name: str, expect_id: str | 
     the rest (logs, snapshots, L1 files) once the tombstone is older than its
     --topic-removal-grace-seconds. The name can be created again at once."""
     from ctp_state.deletion import delete_topic
+    from ctp_state.gc.history import remembered
 
     with _progress() as progress:
         task = progress.add_task("sealing partition logs", total=None)
@@ -76,6 +77,7 @@ def topic_delete(store: ObjectStore, as_json: bool, name: str, expect_id: str | 
             store,
             name,
             expect_id=expect_id,
+            remembered=lambda: remembered(store),
             on_progress=lambda done, total: progress.update(task, completed=done, total=total),
         )
     errors = [{"partition": p, "error": why} for p, why in res.errors]

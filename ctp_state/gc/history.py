@@ -184,3 +184,18 @@ def reference_view(
             if skipped is not None:
                 skipped.append((r.seq, f"its partition view does not read: {e}"))
     return None, []
+
+
+#: How many of the newest GC records :func:`remembered` looks through for the newest
+#: passing run's partition view.
+MEMORY_RECORDS = 64
+
+
+def remembered(store: ObjectStore) -> list[tuple[str, str | None, int]]:
+    """The partitions the GC remembers, as ``(topic, incarnation id, partition)``: the
+    newest passing run's view (what a run checks the topics' partitions against; what
+    ``ctp topic delete NAME --id ID`` counts an incarnation's partitions from when the
+    store has nothing left of it)."""
+    history = GcHistory(store)
+    _, rows = reference_view(history, history.tail(MEMORY_RECORDS, unreadable=[]))
+    return [(r.topic, r.topic_id, r.partition) for r in rows]

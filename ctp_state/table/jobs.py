@@ -69,7 +69,7 @@ class TableView:
 
 def describe(store: ObjectStore, config: CatalogConfig, topic: str, *, home: str) -> TableView:
     """A topic's table as it stands, beside what its state logs have reconciled."""
-    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     t = get_topic(store, topic)
     catalog = open_catalog(store, config, home=home)
@@ -77,7 +77,7 @@ def describe(store: ObjectStore, config: CatalogConfig, topic: str, *, home: str
     states = read_states(store, [t])
     try:
         table = catalog.load_table(identifier(config, t.name))
-    except (NoSuchTableError, OSError, ValueError):  # none, or a removed incarnation's
+    except (NoSuchTableError, NoSuchNamespaceError, OSError, ValueError):  # none, or a removed incarnation's
         table = None
     if table is not None and table.properties.get("ctp.topic_id") != t.incarnation:
         table = None  # another incarnation's: the next publish replaces it

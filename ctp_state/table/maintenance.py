@@ -159,7 +159,7 @@ class CatalogTables:
         """Each live topic with a table of its own incarnation, and that table."""
         if self.config.uri is None and not os.path.exists(default_path(self.store, self.home)):
             return
-        from pyiceberg.exceptions import NoSuchTableError
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
         try:
             catalog = open_catalog(self.store, self.config, home=self.home)
@@ -169,7 +169,7 @@ class CatalogTables:
         for t in list_topics(self.store):
             try:
                 table = catalog.load_table(identifier(self.config, t.name))
-            except NoSuchTableError:
+            except (NoSuchTableError, NoSuchNamespaceError):
                 continue
             except Exception as e:  # a catalog or a table file in trouble: report it
                 errors.append(f"{'.'.join(identifier(self.config, t.name))}: {type(e).__name__}: {e}")
@@ -205,7 +205,7 @@ class CatalogTables:
     def drop(self, t: Topic) -> str | None:
         if self.config.uri is None and not os.path.exists(default_path(self.store, self.home)):
             return None
-        from pyiceberg.exceptions import NoSuchTableError
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
         from ctp_state.table.publish import drop_if_at
 
@@ -213,7 +213,7 @@ class CatalogTables:
         try:
             catalog = open_catalog(self.store, self.config, home=self.home)
             table = catalog.load_table(ident)
-        except NoSuchTableError:
+        except (NoSuchTableError, NoSuchNamespaceError):
             return None
         except Exception as e:  # a catalog in trouble, or metadata already gone (SQL)
             return f"{'.'.join(ident)}: {type(e).__name__}: {e}"

@@ -30,6 +30,7 @@ committed file itself is never touched.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -93,7 +94,7 @@ def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConf
     name that belongs to a *deleted* incarnation is dropped -- only that table: the drop
     is conditional on the metadata it was judged by, so two publishers replacing it never
     drop each other's new table. A table of any other incarnation is never dropped."""
-    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
 
     from ctp_state.table.schema import iceberg_schema, partition_spec
 
@@ -104,7 +105,7 @@ def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConf
     for _ in range(5):
         try:
             table = catalog.load_table(ident)
-        except NoSuchTableError:
+        except (NoSuchTableError, NoSuchNamespaceError):  # (a REST catalog says which is missing)
             _ensure_namespace(catalog, config.namespace)  # (only when a table is made: one query less)
             try:
                 return catalog.create_table(
@@ -125,6 +126,8 @@ def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConf
                 )
             except TableAlreadyExistsError:
                 continue  # a concurrent publish created it: load that one
+            except NoSuchNamespaceError:
+                continue  # created by a racing publish, not visible yet: ensure it again
         except (OSError, ValueError) as e:
             # Registered, but its metadata does not read. If the store no longer has it, the
             # GC removed a deleted incarnation's table (the catalog entry is the one thing it
@@ -147,11 +150,24 @@ def ensure_table(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConf
     raise CtpError(f"table {name} keeps changing under this publish: is another publisher looping?")
 
 
-def _ensure_namespace(catalog: Any, namespace: str) -> None:
-    try:
-        catalog.create_namespace_if_not_exists(namespace)
-    except Exception:  # a concurrent publish created it first (an integrity error)
-        catalog.load_namespace_properties(namespace)  # raises if it is really not there
+def _ensure_namespace(catalog: Any, namespace: str, attempts: int = 5) -> None:
+    """The namespace, created if absent. Publishers racing to create it: the loser's
+    create fails (an integrity error, a conflict) and the winner's may not be visible
+    yet (a REST catalog answers NoSuchNamespace for a moment): look again, a few times."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    for attempt in range(attempts):
+        try:
+            catalog.create_namespace_if_not_exists(namespace)
+            return
+        except Exception:  # a concurrent publish created it first
+            try:
+                catalog.load_namespace_properties(namespace)
+                return
+            except NoSuchNamespaceError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
 
 
 class TopicChanged(CtpError):
@@ -364,13 +380,13 @@ def _drop_own(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConfig,
     """Drop incarnation ``t``'s table at the metadata it was judged by (``table``, or as
     the catalog names it now), so the next :func:`ensure_table` creates it again and the
     publish fills it from the state log. A table of another incarnation is left alone."""
-    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     ident = identifier(config, t.name)
     if table is None:
         try:
             table = catalog.load_table(ident)
-        except NoSuchTableError:
+        except (NoSuchTableError, NoSuchNamespaceError):
             return
         except (OSError, ValueError):
             return  # its metadata does not load: ensure_table drops the entry if the store lost it

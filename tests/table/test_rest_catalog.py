@@ -175,3 +175,46 @@ def test_rest_secrets_stay_out_of_the_settings_repr():
 
 class _NoS3:
     url = "file:///nowhere"
+
+
+def test_publishers_racing_to_create_the_namespace_and_the_table_all_succeed(store, s3_server, tmp_path):
+    """A REST catalog answers NoSuchNamespace (not NoSuchTable) for a table of a missing
+    namespace, and a namespace another publisher is creating may not be visible for a
+    moment: publishers racing on a fresh namespace all publish, each file once."""
+    import threading
+
+    from ctp_state.topics import create_topic
+    from tests.conftest import rest_catalog
+
+    create_topic(store, "t", 3)
+    load(store, rounds=1)
+    for _ in range(3):
+        config = rest_catalog(s3_server)
+        errors: list[BaseException] = []
+
+        def publisher(config=config, errors=errors) -> None:
+            try:
+                do_publish(store, config, tmp_path)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=publisher) for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not errors, errors
+        files = [task.file.file_path for task in table_of(store, config, tmp_path).scan().plan_files()]
+        assert len(files) == len(set(files)) == 3
+
+
+def test_a_gc_before_anything_was_published_to_a_rest_catalog_reports_no_table_error(store, s3_server, gate, tmp_path):
+    from ctp_state.gc import run_gc
+    from ctp_state.table.maintenance import CatalogTables
+    from ctp_state.topics import create_topic
+    from tests.conftest import rest_catalog
+
+    create_topic(store, "t", 1)
+    load(store, rounds=1, partitions=1)
+    rec = run_gc(store, gate=gate, tables=CatalogTables(store, rest_catalog(s3_server), home=str(tmp_path)))
+    assert rec.status == "ok" and rec.table_errors == (), rec.table_errors
