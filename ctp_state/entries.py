@@ -6,7 +6,10 @@ written, so a flipped digit or an edit is caught when the entry is read. Version
 entries (written before checksums) are still read; they carry no checksum. Version 3
 is version 2 plus ``release_owner`` on a reconcile or advance entry (the claim given up
 in the same entry); it is written only for such entries, so a ctp that predates it
-refuses them by version, naming the key, and reads every other entry. Decoding
+refuses them by version, naming the key, and reads every other entry. Version 4 is
+written only for the kinds that change a partition's committed L1 files after the
+fact, ``compact`` and ``trim`` (a ctp that predates them refuses them by version, as
+it must: it would read the wrong files). Decoding
 refuses an unknown version or kind, a bad checksum or a malformed field with an error
 that names the key; nothing is guessed.
 """
@@ -24,7 +27,9 @@ from ctp_state.errors import CorruptData, UnsupportedVersion
 ENTRY_VERSION = 2
 #: Written for a reconcile or advance entry that also releases its claim.
 RELEASING_ENTRY_VERSION = 3
-SUPPORTED_ENTRY_VERSIONS = (1, 2, 3)  # 1: before checksums, read but never written
+#: Written for the entries that change the committed L1 files after the fact.
+L1_CHANGE_ENTRY_VERSION = 4
+SUPPORTED_ENTRY_VERSIONS = (1, 2, 3, 4)  # 1: before checksums, read but never written
 
 # The fields' bounds, checked by the codec when an entry is read (never when one is built).
 Epoch = Annotated[int, msgspec.Meta(ge=1, le=validate.MAX_EPOCH)]
@@ -138,16 +143,65 @@ class Seal(_Entry, tag="seal", frozen=True):
     at_ms: Count
 
 
-Entry = Init | Placeholder | Reconcile | Advance | Claim | Release | Seal
-_KINDS: dict[str, type[_Entry]] = {c.kind: c for c in (Init, Placeholder, Reconcile, Advance, Claim, Release, Seal)}
+class Compact(_Entry, tag="compact", frozen=True):
+    """R11: the adjacent committed L1 files ``replaced`` (keys and CRC32C as the
+    partition committed them, in offset order, together holding records ``first_offset``
+    through ``last_offset``) are replaced by the one file ``l1_key``, which holds exactly
+    their records (``record_count`` of them), written under ``writer_epoch``'s exclusive
+    claim. The replaced files leave the committed set here; the GC deletes them later,
+    behind the gate."""
+
+    kind: ClassVar[str] = "compact"
+    first_offset: Count
+    last_offset: Count
+    replaced: tuple[Name, ...]
+    replaced_crc32c: tuple[Crc32 | None, ...]
+    l1_key: Name
+    l1_crc32c: Crc32
+    record_count: Positive
+    writer_epoch: Positive
+    release_owner: Name | None = None  # as Reconcile.release_owner
+
+
+class TrimReason(str, Enum):  # noqa: UP042 - as AccessMode
+    """Why a partition's start offset moved (Kafka's three ways to lose a log's head)."""
+
+    RETENTION_MS = "retention_ms"  # the dropped files' newest record is older than the topic's retention.ms
+    RETENTION_BYTES = "retention_bytes"  # the partition was over the topic's retention.bytes
+    DELETE_RECORDS = "delete_records"  # an operator asked (Kafka's DeleteRecords)
+
+
+class Trim(_Entry, tag="trim", frozen=True):
+    """R11: the partition's start offset moves forward to ``start_offset`` (records
+    before it are gone for readers); committed L1 files wholly before it leave the
+    committed set. Never past what is in L1: ``start_offset`` <= the last reconciled
+    offset + 1. Written under ``writer_epoch``'s exclusive claim."""
+
+    kind: ClassVar[str] = "trim"
+    start_offset: Count
+    reason: TrimReason
+    writer_epoch: Positive
+    release_owner: Name | None = None  # as Reconcile.release_owner
+
+
+Entry = Init | Placeholder | Reconcile | Advance | Claim | Release | Seal | Compact | Trim
+_KINDS: dict[str, type[_Entry]] = {
+    c.kind: c for c in (Init, Placeholder, Reconcile, Advance, Claim, Release, Seal, Compact, Trim)
+}
 _RELEASING = ("reconcile", "advance")
+_L1_CHANGES = ("compact", "trim")
 
 
 def encode(entry: Entry) -> bytes:
     """The entry as sealed JSON: its fields (those at their default left out), its
     ``kind`` and its version."""
     body: codec.JsonObject = msgspec.to_builtins(entry)
-    body["v"] = RELEASING_ENTRY_VERSION if getattr(entry, "release_owner", None) is not None else ENTRY_VERSION
+    if entry.kind in _L1_CHANGES:
+        body["v"] = L1_CHANGE_ENTRY_VERSION
+    elif getattr(entry, "release_owner", None) is not None:
+        body["v"] = RELEASING_ENTRY_VERSION
+    else:
+        body["v"] = ENTRY_VERSION
     return codec.seal(body)
 
 
@@ -167,9 +221,14 @@ def decode(data: bytes, key: str) -> Entry:
     kind = body.get("kind")
     if not isinstance(kind, str) or kind not in _KINDS:
         raise CorruptData(key, f"unknown entry kind {kind!r}")
+    # Version 4 is written for the L1-changing kinds and only for them (release_owner
+    # optional on them, as on version 2's releasing kinds).
+    if (version == L1_CHANGE_ENTRY_VERSION) != (kind in _L1_CHANGES):
+        raise CorruptData(key, f"{kind} entry of version {version} (compact and trim entries are version 4, only they)")
     # Version 3 is version 2 plus release_owner, on the two kinds that release: an entry
     # of version 3 releases a claim, and only such an entry carries release_owner.
-    if "release_owner" in body and (version != RELEASING_ENTRY_VERSION or kind not in _RELEASING):
+    releasing = kind in _RELEASING or kind in _L1_CHANGES
+    if "release_owner" in body and not (releasing and version in (RELEASING_ENTRY_VERSION, L1_CHANGE_ENTRY_VERSION)):
         raise CorruptData(key, f"{kind} entry has unknown fields ['release_owner'] (version {version})")
     if version == RELEASING_ENTRY_VERSION and body.get("release_owner") is None:
         raise CorruptData(key, f"version {version} {kind} entry releases no claim (release_owner is missing)")
@@ -194,4 +253,9 @@ def _mismatch(entry: Entry) -> str | None:
         return "producer_id, sequence and fingerprint come together"
     if isinstance(entry, Reconcile) and entry.l1_crc32c and len(entry.l1_crc32c) != len(entry.l1_keys):
         return "l1_crc32c must list one CRC32C per L1 key"
+    if isinstance(entry, Compact):
+        if len(entry.replaced) < 2 or len(entry.replaced_crc32c) != len(entry.replaced):
+            return "a compaction replaces two files or more, with one CRC32C (or null) per replaced key"
+        if entry.last_offset < entry.first_offset or entry.record_count != entry.last_offset - entry.first_offset + 1:
+            return f"record_count {entry.record_count} is not the offsets {entry.first_offset}-{entry.last_offset}"
     return None

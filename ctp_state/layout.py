@@ -194,8 +194,16 @@ def parse_l0_key(key: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def l1_key(topic: str, partition: int, first: int, last: int, topic_id: str | None = None) -> str:
-    return f"{l1_partition_prefix(topic, partition, topic_id)}{first:020d}-{last:020d}.parquet"
+def l1_key(
+    topic: str, partition: int, first: int, last: int, topic_id: str | None = None, compacted_by: int = 0
+) -> str:
+    """An L1 file's key: ``<first>-<last>.parquet`` as a reconcile writes it, or
+    ``<first>-<last>.w<writer epoch>.parquet`` as a compaction under that writer epoch
+    writes it. A compaction's key names its writer epoch so that it never meets a file
+    another writer left at the same range (a crashed reconcile's orphan, another
+    compactor's): a key is written by one claim only, and never overwritten."""
+    tail = f".w{compacted_by:020d}" if compacted_by else ""
+    return f"{l1_partition_prefix(topic, partition, topic_id)}{first:020d}-{last:020d}{tail}.parquet"
 
 
 def l1_copy_key(topic: str, partition: int, first: int, last: int, topic_id: str | None = None) -> str:
@@ -215,7 +223,9 @@ def l1_after(topic: str, partition: int, offset: int, topic_id: str | None = Non
     return f"{l1_partition_prefix(topic, partition, topic_id)}{offset:020d}-99999999999999999999"
 
 
-_L1_RE = re.compile(r"l1/([A-Za-z0-9._-]{1,249})/(?:([0-9a-f]{32})/)?([0-9]{6})/([0-9]{20})-([0-9]{20})\.parquet")
+_L1_RE = re.compile(
+    r"l1/([A-Za-z0-9._-]{1,249})/(?:([0-9a-f]{32})/)?([0-9]{6})/([0-9]{20})-([0-9]{20})(?:\.w([0-9]{20}))?\.parquet"
+)
 
 
 class L1Name(NamedTuple):
@@ -224,15 +234,16 @@ class L1Name(NamedTuple):
     partition: int
     first: int
     last: int
+    compacted_by: int = 0  # the writer epoch of the compaction that wrote it (0: a reconcile)
 
 
 def parse_l1_key(key: str) -> L1Name:
     """The topic, incarnation, partition and offsets an L1 key names; raise
     :class:`CorruptData` naming a key that is not one."""
     m = _L1_RE.fullmatch(key)
-    if not m or int(m.group(5)) < int(m.group(4)):
-        raise CorruptData(key, "not an L1 key l1/<topic>[/<id>]/<partition>/<first>-<last>.parquet")
-    return L1Name(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5)))
+    if not m or int(m.group(5)) < int(m.group(4)) or (m.group(6) is not None and int(m.group(6)) == 0):
+        raise CorruptData(key, "not an L1 key l1/<topic>[/<id>]/<partition>/<first>-<last>[.w<writer epoch>].parquet")
+    return L1Name(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5)), int(m.group(6) or 0))
 
 
 _PRODUCER_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")

@@ -10,6 +10,7 @@ table's publish, ``ctp status``) holds.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -106,6 +107,20 @@ class PartitionState:
     pending: tuple[Pending, ...] = ()
     l1_ends: tuple[int, ...] = ()  # last record offset of each committed L1 file, in order
     l1_crcs: tuple[int | None, ...] = ()  # CRC32C of each committed L1 file (None: committed without one)
+    #: Per committed L1 file, the writer epoch of the compaction that wrote it (0: a
+    #: reconcile did); empty while no compaction ever committed (every file a reconcile's).
+    l1_tags: tuple[int, ...] = ()
+    l1_first: int = 0  # first record offset of the first committed L1 file (files tile from it)
+    #: The partition's start offset (Kafka's log start offset): records before it are
+    #: gone for readers (retention or DeleteRecords, a trim entry). l1_first <= it.
+    start_offset: int = 0
+    #: The highest start offset an operator's DeleteRecords set (the GC's gate lets the
+    #: files before it go whatever the topic's retention says).
+    deleted_to: int = 0
+    #: The log offset of the newest compact or trim entry (-1: none): when the committed
+    #: files last changed other than by a reconcile (the table's publish and the GC's
+    #: clock for files that left the committed set follow it).
+    l1_changed_log_offset: int = -1
     producers: tuple[ProducerSeq, ...] = ()  # least recently written first
     #: The incarnation id in the partition's keys (None: a topic whose keys carry only
     #: its name); a snapshot says which incarnation it summarises.
@@ -158,19 +173,50 @@ class PartitionState:
 
     def committed_l1_files(self, from_offset: int = 0) -> list[L1Ref]:
         """The committed L1 files holding offsets >= ``from_offset``, in order."""
-        out, first = [], 0
-        for last, crc in zip(self.l1_ends, self.l1_crcs):
-            if last >= from_offset:
-                out.append(
-                    L1Ref(layout.l1_key(self.topic, self.partition, first, last, self.topic_id), first, last, crc)
-                )
-            first = last + 1
-        return out
+        return committed_files(
+            self.topic,
+            self.partition,
+            self.topic_id,
+            self.l1_first,
+            self.l1_ends,
+            self.l1_crcs,
+            self.l1_tags,
+            from_offset,
+        )
+
+    @property
+    def l1_compacted(self) -> bool:
+        """Whether any compaction or trim ever changed the committed files."""
+        return self.l1_changed_log_offset >= 0
 
     @property
     def persisted(self) -> PartitionState:
         """This state as a snapshot holds it: the window dropped."""
         return replace(self, max_seen_epoch=None, oldest_accepted_epoch=None)
+
+
+def committed_files(
+    topic: str,
+    partition: int,
+    topic_id: str | None,
+    l1_first: int,
+    l1_ends: tuple[int, ...],
+    l1_crcs: tuple[int | None, ...],
+    l1_tags: tuple[int, ...],
+    from_offset: int = 0,
+) -> list[L1Ref]:
+    """The committed L1 files a state's lists describe (they tile the records from
+    ``l1_first``), those holding offsets >= ``from_offset``, in order: the one place
+    their keys are derived (a compaction's output names its writer epoch)."""
+    i = bisect.bisect_left(l1_ends, from_offset)
+    first = l1_ends[i - 1] + 1 if i else l1_first
+    out = []
+    for j in range(i, len(l1_ends)):
+        last = l1_ends[j]
+        tag = l1_tags[j] if l1_tags else 0
+        out.append(L1Ref(layout.l1_key(topic, partition, first, last, topic_id, tag), first, last, l1_crcs[j]))
+        first = last + 1
+    return out
 
 
 def _make_evolve() -> Any:

@@ -20,9 +20,14 @@ from ctp_state.state import Holder, PartitionState, Pending, ProducerSeq
 from ctp_state.window import recover
 
 SNAPSHOT_VERSION = 2
+#: Version 3 is version 2 plus what compaction and retention change (the committed
+#: files' first offset and writer epochs, the start offset): written only for a
+#: partition they changed, so a ctp that predates them refuses such a snapshot by its
+#: version and rebuilds from the log, where it refuses the entries by theirs.
+L1_CHANGE_SNAPSHOT_VERSION = 3
 #: Version 1 snapshots predate checksums and the L1 file list; they are set aside and
 #: the state is rebuilt from the log (a snapshot is only ever a cache of the log).
-SUPPORTED_SNAPSHOT_VERSIONS = (2,)
+SUPPORTED_SNAPSHOT_VERSIONS = (2, 3)
 
 Offset = Annotated[int, msgspec.Meta(ge=-1, le=validate.INT64_MAX)]  # -1: none yet
 TopicId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z")]  # (msgspec searches: $ would pass a "\n")
@@ -76,21 +81,37 @@ class SnapshotV2(msgspec.Struct, frozen=True, kw_only=True):
     producers: tuple[ProducerSeq, ...]  # stored as the state holds them (a row each)
 
 
+class SnapshotV3(SnapshotV2, frozen=True, kw_only=True):
+    """Version 3: version 2 plus the fields compaction and retention change."""
+
+    l1_tags: tuple[Count, ...] = ()
+    l1_first: Count = 0
+    start_offset: Count = 0
+    deleted_to: Count = 0
+    l1_changed_log_offset: Offset = -1
+
+
+_V3_ONLY = ("l1_tags", "l1_first", "start_offset", "deleted_to", "l1_changed_log_offset")
+
+
 #: A row's items, read off a state's part or a row alike: each row lists the fields of
 #: its part of the state in the part's own order (checked by tests/formats/test_golden_bytes.py).
 _HOLDER = attrgetter(*_HolderRow.__struct_fields__)
 _PENDING = attrgetter(*_PendingRow.__struct_fields__)
 
-_DECODER = msgspec.json.Decoder(SnapshotV2)
+_DECODER = msgspec.json.Decoder(SnapshotV3)
 
 #: The fields a snapshot holds as the state holds them (the rest are rows, above).
 _AS_IS = tuple(f for f in SnapshotV2.__struct_fields__ if f not in ("v", "holders", "pending"))
+_AS_IS_V3 = _AS_IS + _V3_ONLY
 
 
 def encode_snapshot(s: PartitionState) -> bytes:
-    snap = SnapshotV2(
-        v=SNAPSHOT_VERSION,
-        **{name: getattr(s, name) for name in _AS_IS},
+    v3 = s.l1_changed_log_offset >= 0
+    cls, names = (SnapshotV3, _AS_IS_V3) if v3 else (SnapshotV2, _AS_IS)
+    snap = cls(
+        v=L1_CHANGE_SNAPSHOT_VERSION if v3 else SNAPSHOT_VERSION,
+        **{name: getattr(s, name) for name in names},
         holders=tuple(_HolderRow(*_HOLDER(h)) for h in s.holders),
         pending=tuple(_PendingRow(*_PENDING(p)) for p in s.pending),
     )
@@ -119,15 +140,17 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
         if b.get("v") not in SUPPORTED_SNAPSHOT_VERSIONS:
             raise UnsupportedVersion(key, "snapshot", b.get("v"), SUPPORTED_SNAPSHOT_VERSIONS)
         try:
-            snap = msgspec.convert(b, SnapshotV2)
+            snap = msgspec.convert(b, SnapshotV3)
         except (msgspec.ValidationError, ValueError) as e:  # (a lone surrogate: UnicodeEncodeError)
             raise CorruptData(key, f"malformed snapshot: {e}") from None
     try:
         validate.topic_name(snap.topic)
     except ValueError as e:
         raise CorruptData(key, f"malformed snapshot: {e}") from None
+    if snap.v == SNAPSHOT_VERSION and snap.l1_changed_log_offset >= 0:
+        raise CorruptData(key, "malformed snapshot: a version 2 snapshot holds a compaction's or trim's fields")
     s = PartitionState(
-        **{name: getattr(snap, name) for name in _AS_IS},
+        **{name: getattr(snap, name) for name in _AS_IS_V3},
         max_seen_epoch=snap.max_applied_epoch,  # recovered: the window collapsed to [max_applied_epoch]
         oldest_accepted_epoch=snap.max_applied_epoch,
         holders=tuple(Holder(*_HOLDER(h)) for h in snap.holders),
@@ -188,10 +211,25 @@ def inconsistencies(s: PartitionState) -> list[str]:
         out.append(f"next record offset {s.next_offset}, the pending placeholders end at {expected_base - 1}")
     if (
         any(b <= a for a, b in zip(s.l1_ends, s.l1_ends[1:]))
-        or (s.l1_ends[-1] if s.l1_ends else -1) != s.last_reconciled_offset
+        or (s.l1_ends[-1] if s.l1_ends else s.l1_first - 1) != s.last_reconciled_offset
+        or (s.l1_ends and s.l1_ends[0] < s.l1_first)
         or len(s.l1_crcs) != len(s.l1_ends)
+        or (s.l1_tags and len(s.l1_tags) != len(s.l1_ends))
     ):
         out.append(f"L1 files do not tile the records through the last reconciled offset {s.last_reconciled_offset}")
+    if not (s.l1_first <= s.start_offset <= s.last_reconciled_offset + 1) or (
+        s.l1_ends and s.l1_ends[0] < s.start_offset
+    ):
+        out.append(
+            f"start offset {s.start_offset} is outside the committed files (from {s.l1_first}, "
+            f"reconciled through {s.last_reconciled_offset})"
+        )
+    if s.deleted_to > s.start_offset:
+        out.append(f"records deleted to {s.deleted_to}, past the start offset {s.start_offset}")
+    if s.l1_changed_log_offset > s.applied_offset or (
+        s.l1_changed_log_offset < 0 and (s.l1_first or s.start_offset or s.deleted_to or any(s.l1_tags))
+    ):
+        out.append("the committed files were changed by no compact or trim entry the log has")
     if s.fence_floor > s.writer_epoch or any(h.writer_epoch > s.writer_epoch for h in s.holders):
         out.append(f"a claim is ahead of the writer epoch {s.writer_epoch}")
     if len({p.producer_id for p in s.producers}) != len(s.producers) or any(

@@ -23,6 +23,7 @@ the snapshot codec in :mod:`ctp_state.snapshot`.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from ctp_state import layout
@@ -30,12 +31,15 @@ from ctp_state.entries import (
     AccessMode,
     Advance,
     Claim,
+    Compact,
     Entry,
     Init,
     Placeholder,
     Reconcile,
     Release,
     Seal,
+    Trim,
+    TrimReason,
 )
 from ctp_state.errors import (
     ClaimHeld,
@@ -127,6 +131,10 @@ def apply(state: PartitionState, offset: int, entry: Entry) -> Outcome:
             return Outcome(_apply_release(state, offset, entry))
         if isinstance(entry, Seal):
             return Outcome(evolve(state, applied_offset=offset, sealed=True))
+        if isinstance(entry, Compact):
+            return Outcome(_apply_compact(state, offset, entry))
+        if isinstance(entry, Trim):
+            return Outcome(_apply_trim(state, offset, entry))
     except Rejected as verdict:
         return Outcome(evolve(state, applied_offset=offset), rejected=verdict)
     raise TypeError(f"not an entry: {entry!r}")
@@ -328,6 +336,7 @@ def _apply_reconcile(s: PartitionState, offset: int, e: Reconcile) -> PartitionS
         pending=s.pending[len(covered) :],
         l1_ends=s.l1_ends + ends,
         l1_crcs=s.l1_crcs + (tuple(e.l1_crc32c) if e.l1_crc32c else (None,) * len(ends)),
+        l1_tags=s.l1_tags + (0,) * len(ends) if s.l1_tags else (),
     )
 
 
@@ -340,7 +349,13 @@ def _l1_ends_of(s: PartitionState, e: Reconcile) -> tuple[int, ...]:
             name = layout.parse_l1_key(key)
         except CorruptData:
             name = layout.L1Name("", None, -1, -1, -1)
-        if (name.topic, name.topic_id, name.partition, name.first) != (s.topic, s.topic_id, s.partition, first):
+        if (name.topic, name.topic_id, name.partition, name.first, name.compacted_by) != (
+            s.topic,
+            s.topic_id,
+            s.partition,
+            first,
+            0,
+        ):
             raise InvalidTransition(
                 s.topic,
                 s.partition,
@@ -382,6 +397,75 @@ def _apply_advance(s: PartitionState, offset: int, e: Advance) -> PartitionState
         last_reconciled_log_offset=offset,
         max_seen_epoch=e.epoch,
         oldest_accepted_epoch=e.epoch,
+    )
+
+
+def _apply_compact(s: PartitionState, offset: int, e: Compact) -> PartitionState:
+    """R11: a run of adjacent committed files is replaced by one file holding exactly
+    their records. The entry must name the run as the state commits it (keys and
+    CRC32C), and the new file by the key its writer epoch gives it."""
+    _check_exclusive(s, e.writer_epoch, "compact")
+    files = s.committed_l1_files()
+    firsts = [f.first for f in files]
+    i = bisect.bisect_left(firsts, e.first_offset)
+    j = i + len(e.replaced) - 1
+    run = files[i : j + 1]
+    if i == len(files) or firsts[i] != e.first_offset or len(run) != len(e.replaced) or run[-1].last != e.last_offset:
+        raise InvalidTransition(
+            s.topic,
+            s.partition,
+            f"compact of offsets {e.first_offset}-{e.last_offset} in {len(e.replaced)} files does not match "
+            "a run of committed L1 files",
+        )
+    if tuple(f.key for f in run) != e.replaced or tuple(f.crc32c for f in run) != e.replaced_crc32c:
+        raise InvalidTransition(
+            s.topic,
+            s.partition,
+            f"compact of offsets {e.first_offset}-{e.last_offset} names files or CRC32Cs the partition does not commit",
+        )
+    key = layout.l1_key(s.topic, s.partition, e.first_offset, e.last_offset, s.topic_id, e.writer_epoch)
+    if e.l1_key != key:
+        raise InvalidTransition(s.topic, s.partition, f"compact names L1 file {e.l1_key!r}, expected {key!r}")
+    tags = s.l1_tags or (0,) * len(s.l1_ends)
+    return evolve(
+        s,
+        applied_offset=offset,
+        holders=_released(s, e.release_owner, e.writer_epoch, "compact"),
+        l1_ends=s.l1_ends[:i] + (e.last_offset,) + s.l1_ends[j + 1 :],
+        l1_crcs=s.l1_crcs[:i] + (e.l1_crc32c,) + s.l1_crcs[j + 1 :],
+        l1_tags=tags[:i] + (e.writer_epoch,) + tags[j + 1 :],
+        l1_changed_log_offset=offset,
+    )
+
+
+def _apply_trim(s: PartitionState, offset: int, e: Trim) -> PartitionState:
+    """R11: the start offset moves forward, never past what is in L1; the committed
+    files wholly before it leave the committed set."""
+    _check_exclusive(s, e.writer_epoch, "trim")
+    if e.start_offset <= s.start_offset:
+        raise InvalidTransition(
+            s.topic,
+            s.partition,
+            f"trim to start offset {e.start_offset} does not move it forward (it is {s.start_offset}; start offsets only grow)",
+        )
+    if e.start_offset > s.last_reconciled_offset + 1:
+        raise InvalidTransition(
+            s.topic,
+            s.partition,
+            f"trim to start offset {e.start_offset} passes what is in L1 (reconciled through {s.last_reconciled_offset})",
+        )
+    k = bisect.bisect_left(s.l1_ends, e.start_offset)  # files ending before the new start go
+    return evolve(
+        s,
+        applied_offset=offset,
+        holders=_released(s, e.release_owner, e.writer_epoch, "trim"),
+        start_offset=e.start_offset,
+        deleted_to=e.start_offset if e.reason is TrimReason.DELETE_RECORDS else s.deleted_to,
+        l1_first=s.l1_ends[k - 1] + 1 if k else s.l1_first,
+        l1_ends=s.l1_ends[k:],
+        l1_crcs=s.l1_crcs[k:],
+        l1_tags=s.l1_tags[k:] if s.l1_tags else (),
+        l1_changed_log_offset=offset,
     )
 
 
