@@ -28,6 +28,11 @@ POINTS = (
     "publish_before_commit",  # ctp table publish: its vector, manifests and manifest list written, not committed
     "table_commit_before_update",  # a SQL catalog commit: the new metadata file written, the catalog row not moved
     "publish_after_commit",  # ... the table committed, the publish not yet returned
+    "compact_after_claim",  # ctp compact: its partitions claimed, nothing written
+    "compact_after_write",  # ... compacted file n written, not checked back or committed
+    "compact_before_commit",  # ... every file written and checked, nothing committed
+    "compact_after_commit",  # ... run n of a partition committed (the last releases the claim)
+    "trim_before_commit",  # ctp retention / delete-records: the partition claimed, its trim not appended
 )
 
 _handler: Callable[[str, int], None] | None = None

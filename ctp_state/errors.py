@@ -83,6 +83,19 @@ class PartitionNotFound(CtpError):
 # --- object store ------------------------------------------------------------------
 
 
+class OffsetBeforeStart(CtpError):
+    """A read from an offset its partition no longer holds (Kafka's OffsetOutOfRange):
+    retention or DeleteRecords moved the partition's start offset past it."""
+
+    def __init__(self, topic: str, partition: int, offset: int, start_offset: int):
+        self.topic, self.partition, self.offset, self.start_offset = topic, partition, offset, start_offset
+        super().__init__(
+            f"{topic}/{partition}: offset {offset} is before the partition's start offset {start_offset} "
+            "(records before it were removed by retention or delete-records); read from "
+            f"{start_offset}, or pass --from-start"
+        )
+
+
 class StoreError(CtpError):
     """An object-store request failed in a way a retry did not fix. ``code`` is the
     store's error code (``SlowDown``, ``500``, ...) when it gave one."""

@@ -8,6 +8,9 @@ each created if absent, so two writers can never both decide what came next:
 - ``delete`` -- a tombstone for the current incarnation (``ctp topic delete``);
 - ``create`` -- a new incarnation of a deleted name, with a fresh id (``ctp topic create``);
 - ``removed`` -- the GC removed a deleted incarnation's state (its logs, snapshots, L1);
+- ``config`` -- the live incarnation's retention (``retention_ms``, ``retention_bytes``,
+  Kafka's meaning) from here on: set by ``ctp topic create --retention-*`` and changed
+  by ``ctp topic alter``, each change a record of its own, never an edit;
 - ``lost`` -- an incarnation the history does not record, acknowledged deleted by an
   operator (``ctp topic delete NAME --id ID``): one whose metadata and files vanished
   without a tombstone while the GC still remembers its partitions, or stray state logs
@@ -31,7 +34,15 @@ from dataclasses import dataclass
 import msgspec
 
 from ctp_state import codec, layout, records
-from ctp_state.errors import ContentionTimeout, CorruptData, CtpError, ObjectNotFound, TopicDeleted, TopicNotFound
+from ctp_state.errors import (
+    ConfigError,
+    ContentionTimeout,
+    CorruptData,
+    CtpError,
+    ObjectNotFound,
+    TopicDeleted,
+    TopicNotFound,
+)
 from ctp_state.records import TopicEvent
 from ctp_state.sequence import DenseSequence, create_once
 from ctp_state.storage import ObjectStore
@@ -54,6 +65,9 @@ class NameState:
     #: The incarnations (``Topic.incarnation``) among the deleted ones that were
     #: acknowledged lost: no log of theirs is sealed (their state may be partly gone).
     lost: frozenset[str] = frozenset()
+    #: The live incarnation's retention (None: keep forever), its newest config event's.
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
 
     @property
     def deleted(self) -> tuple[Topic, ...]:
@@ -73,6 +87,7 @@ def fold(name: str, first: Topic | None, events: list[tuple[str, TopicEvent]]) -
     """The name's state after ``first`` and ``events`` (``(key, event)`` in seq order). Pure."""
     current, deleting, removed = first, list[tuple[Topic, int]](), list[Topic]()
     lost: set[str] = set()
+    retention: tuple[int | None, int | None] = (None, None)
     if first is None and events and events[0][1].kind != "lost":
         raise CorruptData(
             events[0][0], f"topic history of {name} without its first incarnation {layout.topic_meta(name)}"
@@ -80,13 +95,19 @@ def fold(name: str, first: Topic | None, events: list[tuple[str, TopicEvent]]) -
     for key, e in events:
         if e.name != name or e.kind not in TopicEvent.KINDS:
             raise CorruptData(key, f"topic history record of {e.name!r} ({e.kind}) under {name!r}")
-        if e.kind == "delete":
+        if e.kind == "config":
+            if current is None or not _same(current, e):
+                raise CorruptData(
+                    key, f"retention of incarnation {e.id or 'legacy'}, which is not {name}'s current one"
+                )
+            retention = (e.retention_ms, e.retention_bytes)
+        elif e.kind == "delete":
             if current is None or not _same(current, e):
                 raise CorruptData(
                     key, f"tombstone for incarnation {e.id or 'legacy'}, which is not {name}'s current one"
                 )
             deleting.append((current, e.seq))
-            current = None
+            current, retention = None, (None, None)
         elif e.kind == "lost":
             # The live incarnation itself (its metadata restored after the event): the
             # event is its tombstone, as a delete's is whatever comes back of its
@@ -97,7 +118,7 @@ def fold(name: str, first: Topic | None, events: list[tuple[str, TopicEvent]]) -
             if current is not None and _same(current, e):
                 deleting.append((current, e.seq))
                 lost.add(current.incarnation)
-                current = None
+                current, retention = None, (None, None)
             elif not any(
                 _same(t, e) or t.key_id == gone.key_id
                 for t in [*([current] if current is not None else []), *(t for t, _ in deleting), *removed]
@@ -113,7 +134,9 @@ def fold(name: str, first: Topic | None, events: list[tuple[str, TopicEvent]]) -
             if i is None:
                 raise CorruptData(key, f"removal of incarnation {e.id or 'legacy'} of {name}, which was not deleted")
             removed.append(deleting.pop(i)[0])
-    return NameState(name, current, tuple(deleting), tuple(removed), len(events), frozenset(lost))
+    return NameState(
+        name, current, tuple(deleting), tuple(removed), len(events), frozenset(lost), retention[0], retention[1]
+    )
 
 
 def history(store: ObjectStore, name: str) -> DenseSequence[TopicEvent]:
@@ -279,6 +302,46 @@ def mark_removed(store: ObjectStore, t: Topic) -> bool:
     return _append(store, t.name, decide)[1] is not None
 
 
+def set_retention(
+    store: ObjectStore,
+    name: str,
+    retention_ms: int | None,
+    retention_bytes: int | None,
+    *,
+    expect_id: str | None = None,
+) -> tuple[Topic, bool]:
+    """Record the live incarnation's retention from now on (None: keep forever), as a
+    record of its own in the name's history; ``(topic, changed)``: nothing is written when
+    it is already so. ``expect_id``: only for that incarnation."""
+    for what, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ConfigError(f"{what} must be a positive integer or none, got {v!r}")
+
+    def decide(st: NameState) -> TopicEvent | None:
+        t = st.current
+        if t is None:
+            raise TopicDeleted(name, st.deleting[-1][0].incarnation) if st.deleting else TopicNotFound(name)
+        if expect_id is not None and t.incarnation != expect_id:
+            raise TopicNotFound(f"{name} (incarnation {expect_id}; the live one is {t.incarnation})")
+        if (st.retention_ms, st.retention_bytes) == (retention_ms, retention_bytes):
+            return None
+        return TopicEvent(
+            kind="config",
+            name=name,
+            id=t.id,
+            keyed=t.keyed,
+            partitions=t.partitions,
+            created_ms=t.created_ms,
+            at_ms=int(time.time() * 1000),
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+        )
+
+    st, ev = _append(store, name, decide)
+    assert st.current is not None
+    return st.current, ev is not None
+
+
 def acknowledge_lost(store: ObjectStore, t: Topic) -> bool:
     """Record incarnation ``t`` of ``t.name``, which the history does not record, as
     lost and deleted; False if it is recorded already (a rerun, a racing operator)."""
@@ -315,5 +378,6 @@ __all__ = [
     "mark_removed",
     "read_name",
     "recreate",
+    "set_retention",
     "tombstone",
 ]

@@ -294,3 +294,23 @@ def _upcast_v1(table: pa.Table, key: str) -> pa.Table:
         ],
         schema=SCHEMA.with_metadata(table.schema.metadata),
     )
+
+
+def newest_record_ms(store: ObjectStore, key: str) -> int | None:
+    """The newest record's timestamp in L1 file ``key``, from its footer's statistics (one
+    ranged read); None if the footer holds none."""
+    from ctp_state.table.register import read_footer
+
+    meta = read_footer(store, key).metadata
+    col = meta.schema.names.index("timestamp") if "timestamp" in meta.schema.names else None
+    if col is None:
+        raise CorruptData(key, "L1 file has no timestamp column")
+    best: int | None = None
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(col).statistics
+        if stats is None or not stats.has_min_max:
+            return None
+        v = stats.max
+        ms = int(v.timestamp() * 1000) if hasattr(v, "timestamp") else int(v) // 1000
+        best = ms if best is None else max(best, ms)
+    return best

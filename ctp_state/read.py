@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctp_state import state as sm
+from ctp_state.errors import OffsetBeforeStart
 from ctp_state.l1 import SCHEMA, read_chunk, read_l1, to_l1_table
 from ctp_state.partition_log import PartitionLog
 from ctp_state.storage import ObjectStore
@@ -27,13 +28,26 @@ def committed_l1_keys(log: PartitionLog) -> tuple[list[str], sm.PartitionState]:
 
 
 def read_partition(
-    store: ObjectStore, topic: str, partition: int, from_offset: int = 0, limit: int | None = None
+    store: ObjectStore,
+    topic: str,
+    partition: int,
+    from_offset: int | None = None,
+    limit: int | None = None,
+    *,
+    from_start: bool = False,
 ) -> pa.Table:
-    """Records of ``topic``/``partition`` with offset >= ``from_offset``, in offset order,
-    in the L1 schema."""
+    """Records of ``topic``/``partition`` with offset >= ``from_offset`` (None: from the
+    partition's start offset), in offset order, in the L1 schema. An offset before the
+    start offset raises :class:`OffsetBeforeStart`, unless ``from_start``: then the read
+    starts at the start offset. Records before the start offset are never returned (a
+    trim may leave some in a file it keeps)."""
     t = get_topic(store, topic)
     t.check_partition(partition)
     state = PartitionLog(store, t, partition).read_state()
+    if from_offset is None or (from_start and from_offset < state.start_offset):
+        from_offset = state.start_offset
+    if from_offset < state.start_offset:
+        raise OffsetBeforeStart(topic, partition, from_offset, state.start_offset)
     tables: list[pa.Table] = []
     rows = 0
 

@@ -152,7 +152,7 @@ class TopicEvent(StoredRecord, frozen=True, kw_only=True):
     (``meta/history/<topic>/<seq>.json``; :mod:`ctp_state.incarnations`)."""
 
     WHAT: ClassVar[str] = "topic history record"
-    KINDS: ClassVar[tuple[str, ...]] = ("delete", "create", "removed", "lost")
+    KINDS: ClassVar[tuple[str, ...]] = ("delete", "create", "removed", "lost", "config")
 
     seq: int = -1  # set by the sequence that stores it
     #: "delete": a tombstone; "create": a new incarnation; "removed": the GC removed a
@@ -165,6 +165,10 @@ class TopicEvent(StoredRecord, frozen=True, kw_only=True):
     partitions: int
     created_ms: int  # when the incarnation was created
     at_ms: int  # when this happened (the writer's clock: for people, never for decisions)
+    #: "config" (``ctp topic create --retention-*``, ``ctp topic alter``): the live
+    #: incarnation's retention from here on, with Kafka's meaning (None: keep forever).
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
 
 
 def _marker_v1_to_v2(d: JsonObject) -> JsonObject:
@@ -347,6 +351,12 @@ class GcRecord(StoredRecord, frozen=True, kw_only=True):
     l1_orphans_deleted: int = 0
     l1_orphan_bytes_deleted: int = 0
     l1_delete_errors: int = 0
+    # R11: L1 files a compaction or trim took out of the committed set
+    l1_retired: int = 0  # past the reader grace, their replacement checked: to delete
+    l1_retired_bytes: int = 0
+    l1_retired_kept: int = 0  # left for a later run (reader grace, a live claim, a table names them)
+    l1_retired_deleted: int = 0
+    l1_retired_bytes_deleted: int = 0
     tmp_deleted: int = 0
     gc_orphans_deleted: int = 0  # files of dead GC runs that no record names (gc/partitions, gc/deleted)
     topic_incarnations_removed: int = 0  # deleted topic incarnations whose state this run removed
@@ -386,3 +396,4 @@ class GcPartitionView(msgspec.Struct, frozen=True, kw_only=True):
     status: str | None = None  # ctp_state.gc.safe_epoch.PARTITION_STATUSES
     status_detail: str | None = None  # the quarantined L0 key, the claim's owner and lease end
     topic_id: str | None = None  # the topic's incarnation (None: created before ids, or an older view)
+    start_offset: int | None = None  # R11: the partition's start offset (None: an older view)

@@ -170,6 +170,28 @@ class ReconcileSettings:
 
 
 @dataclass(frozen=True)
+class CompactSettings:
+    """One compaction run (``ctp compact``)."""
+
+    target_file_bytes: int = knob(
+        128 * MiB, "target-file-mb", "Merge small L1 files into files of at most this size (MiB).", unit=MiB, above=0
+    )
+    max_small_files: int = knob(
+        8,
+        "max-small-files",
+        "Compact a partition once it commits more than this many L1 files smaller than the target.",
+        kind=int,
+        minimum=1,
+    )
+    lease_ms: int = knob(15 * 60 * 1000, "lease-seconds", "Claim lease (seconds).", unit=1000, above=0)
+    compression: str = knob("zstd", "compression", "L1 Parquet compression.", kind=str, choices=COMPRESSIONS)
+    threads: int = 8  # partitions planned, claimed and committed at once
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+@dataclass(frozen=True)
 class GcSettings:
     """One GC run (``ctp gc``/``ctp validate``, the GC DAG)."""
 
@@ -179,6 +201,13 @@ class GcSettings:
         3600.0,
         "l1-grace-seconds",
         "Leave uncommitted L1 files younger than this (a reconciler may be writing them).",
+        minimum=0,
+    )
+    l1_reader_grace_s: float = knob(
+        3600.0,
+        "l1-reader-grace-seconds",
+        "Delete an L1 file a compaction or trim replaced only once the change is this old by the store's "
+        "clock (a reader holding the old file list finishes first).",
         minimum=0,
     )
     max_deletes: int | None = knob(

@@ -252,16 +252,13 @@ def verify_partition(
                     f"L0 object is shorter ({size} bytes) than the chunk of log offset {p.log_offset} needs",
                     p.l0_key,
                 )
-        first = 0
-        for last, crc in zip(current.l1_ends, current.l1_crcs):
-            key = layout.l1_key(topic, partition, first, last, tid)
+        for ref in current.committed_l1_files():
             res.l1_checked += 1
             if not deep:
-                if store.head(key) is None:
-                    say(ERROR, "committed L1 file is missing", key)
+                if store.head(ref.key) is None:
+                    say(ERROR, "committed L1 file is missing", ref.key)
             else:
-                _check_l1(store, key, first, last, crc, say)
-            first = last + 1
+                _check_l1(store, ref.key, ref.first, ref.last, ref.crc32c, say)
     return res
 
 

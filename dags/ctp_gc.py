@@ -95,6 +95,7 @@ def _tables(store, cfg, config):
                 "max_deletes",
                 "grace_s",
                 "l1_grace_s",
+                "l1_reader_grace_s",
                 "topic_removal_grace_s",
                 "alert_stall_runs",
                 "alert_stall_epochs",

@@ -15,6 +15,9 @@ Each suite validates one table the GC builds before it deletes anything
 ``table_files``      every data file of each topic's Iceberg table head (I2 in the
                      table: a partition's files tile its offsets from 0, no gap, no
                      overlap, each file holds exactly the range its name gives)
+``l1_dropped``       every L1 file a trim dropped that the run would delete, beside what
+                     allowed it (R11: DeleteRecords past it, retention.bytes, or its
+                     newest record older than retention.ms)
 ``table_partitions`` per partition of each table: published <= reconciled (the table
                      holds nothing the state log does not commit), and the table's
                      published vector agrees with the files it holds
@@ -97,6 +100,7 @@ def partition_state() -> gx.ExpectationSuite:
             "I1: no pending placeholder may point at an L0 object at or below M",
             or_equal=False,
         ),
+        _above("start_offset", "previous_start_offset", "R11: a partition's start offset only grows", or_equal=True),
         gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition"]),
     )
 
@@ -168,6 +172,21 @@ def table_partitions() -> gx.ExpectationSuite:
     )
 
 
+def l1_dropped() -> gx.ExpectationSuite:
+    return _suite(
+        "l1_dropped",
+        gxe.ExpectColumnValuesToBeInSet(
+            column="authorized",
+            value_set=[True],
+            meta={
+                "why": "R11: an L1 file a trim dropped goes only if DeleteRecords passed it, retention.bytes "
+                "demands it, or its newest record is older than retention.ms"
+            },
+        ),
+        gxe.ExpectColumnValuesToBeUnique(column="key"),
+    )
+
+
 #: table name -> suite builder; the GC passes tables under these names.
 SUITES = {
     "gc_history": gc_history,
@@ -175,4 +194,5 @@ SUITES = {
     "l1_files": l1_files,
     "table_files": table_files,
     "table_partitions": table_partitions,
+    "l1_dropped": l1_dropped,
 }

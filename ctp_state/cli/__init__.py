@@ -6,6 +6,7 @@
 - :mod:`.cmd_data` -- ``ctp status``, ``reconcile``, ``read`` and ``demo``;
 - :mod:`.cmd_gc` -- ``ctp gc``, ``validate`` and ``verify``;
 - :mod:`.cmd_table` -- ``ctp table``: a topic's Iceberg table;
+- :mod:`.cmd_l1` -- ``ctp compact``: the L1 files' lifecycle;
 - :mod:`.spark` -- starting a local SparkSession for ``ctp reconcile`` and ``ctp demo``;
 - :mod:`.demo` -- the end-to-end flow ``ctp demo`` runs (and its synthetic data).
 
@@ -16,6 +17,7 @@ The ``cmd_*`` modules only parse, call the library and print.
 from ctp_state.cli import (
     cmd_data as _cmd_data,  # noqa: F401
     cmd_gc as _cmd_gc,  # noqa: F401
+    cmd_l1 as _cmd_l1,  # noqa: F401
     cmd_produce as _cmd_produce,  # noqa: F401
     cmd_table as _cmd_table,  # noqa: F401
     cmd_topic as _cmd_topic,  # noqa: F401

@@ -41,7 +41,11 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
     ).published()
     for e in table_errors:
         click.echo(f"warning: a topic's table does not read: {e}", err=True)
-    rows = [facts(s) for s in read_states(store, select_topics(store, topics))]
+    states = read_states(store, select_topics(store, topics))
+    rows = [facts(s) for s in states]
+    # (R11) where each partition starts, and how many L1 files it commits: what
+    # `ctp compact` and retention act on
+    l1 = {(s.topic, s.partition): (s.start_offset, len(s.l1_ends)) for s in states}
     last = GcHistory(store).tail(1, unreadable=[])
     gc_last = last[-1] if last else None
     gc_json = (
@@ -63,7 +67,15 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
                 "cluster_epoch": c,
                 "store": redact_url(store.url),
                 "gc": gc_json,
-                "partitions": [{**encode(r), "published_offset": published.get((r.topic, r.partition))} for r in rows],
+                "partitions": [
+                    {
+                        **encode(r),
+                        "published_offset": published.get((r.topic, r.partition)),
+                        "start_offset": l1[(r.topic, r.partition)][0],
+                        "l1_files": l1[(r.topic, r.partition)][1],
+                    }
+                    for r in rows
+                ],
             },
         )
         return
@@ -77,8 +89,10 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
         "M(p)",
         "end offset",
         "lag entries/records/bytes",
+        "start",
         "reconciled",
         "published",
+        "L1 files",
         "writer epoch",
         title=f"cluster epoch {c}",
     )
@@ -94,8 +108,10 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
             str(r.m),
             str(r.next_offset),
             f"{r.lag_entries}/{r.lag_records}/{r.lag_bytes}",
+            str(l1[(r.topic, r.partition)][0]),
             str(r.last_reconciled_offset),
             str(published.get((r.topic, r.partition), "-")),
+            str(l1[(r.topic, r.partition)][1]),
             str(r.writer_epoch),
         )
     emit(False, None, table if rows else "no partitions")
@@ -164,11 +180,22 @@ def reconcile(
 @main.command()
 @click.argument("topic_name")
 @click.argument("partition", type=int)
-@click.option("--from", "from_offset", type=COUNT, default=0, show_default=True, help="First offset.")
+@click.option(
+    "--from", "from_offset", type=COUNT, default=None, help="First offset (default: the partition's start offset)."
+)
+@click.option(
+    "--from-start", is_flag=True, help="If --from is before the partition's start offset, read from the start offset."
+)
 @click.option("--limit", type=COUNT, default=None, help="At most this many records.")
 @command
 def read(
-    store: ObjectStore, as_json: bool, topic_name: str, partition: int, from_offset: int, limit: int | None
+    store: ObjectStore,
+    as_json: bool,
+    topic_name: str,
+    partition: int,
+    from_offset: int | None,
+    from_start: bool,
+    limit: int | None,
 ) -> None:
     """Print a partition's records from an offset, across L1 and not-yet-reconciled L0,
     one JSON object per line.
@@ -182,7 +209,7 @@ def read(
     from ctp_state.jsonl import format_record
     from ctp_state.read import read_partition
 
-    table = read_partition(store, topic_name, partition, from_offset, limit)
+    table = read_partition(store, topic_name, partition, from_offset, limit, from_start=from_start)
     # Milliseconds straight from the column: no datetime conversion that a timestamp
     # outside Python's range (written before ctp bounded them) could break.
     ms = table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist()

@@ -25,7 +25,7 @@ def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         help="Where the GX project, Data Docs and the GC summary page go [default: $CTP_REPORT_DIR, else this "
         "store's own directory under ~/.ctp/reports/].",
     )(fn)
-    return settings_options(GcSettings, ["grace_s", "l1_grace_s"])(fn)
+    return settings_options(GcSettings, ["grace_s", "l1_grace_s", "l1_reader_grace_s"])(fn)
 
 
 @main.command()
@@ -96,12 +96,14 @@ def gc(
         if rec.dry_run:
             click.echo(
                 f"dry run: would delete {rec.would_delete} L0 objects ({rec.would_delete_bytes} bytes) "
-                f"and {rec.l1_orphans} L1 orphans ({rec.l1_orphan_bytes} bytes); nothing deleted"
+                f"and {rec.l1_orphans} L1 orphans ({rec.l1_orphan_bytes} bytes) and {rec.l1_retired} replaced L1 "
+                f"files ({rec.l1_retired_bytes} bytes); nothing deleted"
             )
         else:
             click.echo(
                 f"deleted {rec.deleted} L0 objects ({rec.deleted_bytes} bytes) and "
-                f"{rec.l1_orphans_deleted} L1 orphans; {rec.delete_errors} failed"
+                f"{rec.l1_orphans_deleted} L1 orphans and {rec.l1_retired_deleted} replaced L1 files "
+                f"({rec.l1_retired_kept} kept for later); {rec.delete_errors} failed"
             )
         click.echo(
             f"M = {rec.m} (C = {rec.cluster_epoch}, {rec.partitions} partitions); "

@@ -90,9 +90,16 @@ def table_publish(
         topics=topics or None,
         rebuild=rebuild,
     )
-    out = Table("table", "files added", "records added", "format 1 copies", "snapshot")
+    out = Table("table", "files added", "records added", "files removed", "format 1 copies", "snapshot")
     for p in done:
-        out.add_row(p.table, str(p.files_added), str(p.records_added), str(p.format1_copied), str(p.snapshot_id))
+        out.add_row(
+            p.table,
+            str(p.files_added),
+            str(p.records_added),
+            str(p.files_removed),
+            str(p.format1_copied),
+            str(p.snapshot_id),
+        )
     emit(as_json, [p.as_dict() for p in done], out if done else "no topics")
 
 

@@ -8,6 +8,7 @@ import click
 from rich.table import Table
 
 from ctp_state.cli.framework import (
+    AT_LEAST_1,
     _progress,
     command,
     emit,
@@ -29,9 +30,24 @@ def topic() -> None:
 @click.argument("name")
 @click.option("--partitions", "-p", type=int, required=True, help="Number of partitions.")
 @click.option("--exist-ok", is_flag=True, help="Succeed if the topic exists with this partition count.")
+@click.option("--retention-ms", type=AT_LEAST_1, default=None, help="Drop L1 files whose newest record is this old.")
+@click.option(
+    "--retention-bytes", type=AT_LEAST_1, default=None, help="Keep at most about this many L1 bytes per partition."
+)
 @command(store="create")
-def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, exist_ok: bool) -> None:
-    """Create topic NAME (or finish a crashed creation)."""
+def topic_create(
+    store: ObjectStore,
+    as_json: bool,
+    name: str,
+    partitions: int,
+    exist_ok: bool,
+    retention_ms: int | None,
+    retention_bytes: int | None,
+) -> None:
+    """Create topic NAME (or finish a crashed creation). Retention (`ctp retention`
+    applies it, Kafka's meaning) defaults to keeping everything; `ctp topic alter`
+    changes it."""
+    from ctp_state.incarnations import set_retention
     from ctp_state.topics import create_topic
 
     repaired: list[JsonObject] = []  # appended to from create_topic's pool threads
@@ -45,12 +61,56 @@ def topic_create(store: ObjectStore, as_json: bool, name: str, partitions: int, 
             on_repair=lambda p, what: repaired.append({"partition": p, "repair": what}),
             on_progress=lambda done, total: progress.update(task, completed=done, total=total),
         )
+    if retention_ms is not None or retention_bytes is not None:
+        set_retention(store, name, retention_ms, retention_bytes, expect_id=t.incarnation)
     repaired.sort(key=lambda r: int(r["partition"]))
     lines = [f"repaired {t.name}/{r['partition']}: {r['repair']}" for r in repaired]
     emit(
         as_json,
         {"topic": t.name, "partitions": t.partitions, "id": t.id, "repaired": repaired},
         "\n".join(lines + [f"created topic {t.name} with {t.partitions} partitions in {store.url}"]),
+    )
+
+
+def _retention_value(value: str | None, option: str) -> int | str | None:
+    """An option's value: a positive integer, ``none`` (keep forever), or unset."""
+    if value is None:
+        return "unset"
+    if value.lower() == "none":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise click.BadParameter(f"must be a positive integer or 'none', got {value!r}", param_hint=option) from None
+    if n < 1:
+        raise click.BadParameter(f"must be a positive integer or 'none', got {value!r}", param_hint=option)
+    return n
+
+
+@topic.command("alter")
+@click.argument("name")
+@click.option("--retention-ms", help="Milliseconds, or 'none' to keep records forever.")
+@click.option("--retention-bytes", help="Bytes per partition, or 'none' for no size bound.")
+@command
+def topic_alter(
+    store: ObjectStore, as_json: bool, name: str, retention_ms: str | None, retention_bytes: str | None
+) -> None:
+    """Change topic NAME's retention from now on (a record of its own in the name's
+    history; an option left out keeps its value). `ctp retention` applies it."""
+    from ctp_state.incarnations import read_name, set_retention
+
+    ms = _retention_value(retention_ms, "--retention-ms")
+    by = _retention_value(retention_bytes, "--retention-bytes")
+    st = read_name(store, name)
+    new_ms = st.retention_ms if ms == "unset" else ms
+    new_bytes = st.retention_bytes if by == "unset" else by
+    assert not isinstance(new_ms, str) and not isinstance(new_bytes, str)
+    t, changed = set_retention(store, name, new_ms, new_bytes)
+    emit(
+        as_json,
+        {"topic": name, "id": t.id, "retention_ms": new_ms, "retention_bytes": new_bytes, "changed": changed},
+        f"topic {name}: retention.ms {new_ms if new_ms is not None else 'none'}, retention.bytes "
+        f"{new_bytes if new_bytes is not None else 'none'}" + ("" if changed else " (unchanged)"),
     )
 
 

@@ -61,13 +61,14 @@ PARTITION_SCHEMA = pa.schema(
         ("status", pa.string()),  # ctp_state.gc.safe_epoch.PARTITION_STATUSES
         ("status_detail", pa.string()),
         ("topic_id", pa.string()),  # the topic's incarnation (null: created before ids)
+        ("start_offset", pa.int64()),  # R11: the partition's start offset (null in older views)
     ]
 )
 #: Every L0 object a run deleted (a dry run: would delete), and the L1 orphans it collected.
 DELETES_SCHEMA = pa.schema(
     [
         ("key", pa.string()),
-        ("kind", pa.string()),  # "l0", "l1_orphan" or "gc_orphan" (a dead GC run's file)
+        ("kind", pa.string()),  # l0, l1_orphan, l1_retired (R11), gc_orphan, deleted_topic, table_metadata
         ("epoch", pa.int64()),  # the L0 key's epoch (null for L1)
         ("size", pa.int64()),
         ("outcome", pa.string()),  # deleted, failed (after retries), would_delete, unknown (the run failed)

@@ -3,16 +3,15 @@ newest reconcile summary for R7 annotations only."""
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import logging
 from dataclasses import dataclass
 
-from ctp_state import layout, state as sm
+from ctp_state import state as sm
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CtpError, StateUnreadable
 from ctp_state.incarnations import NameState, all_names
-from ctp_state.partition_state import L1Ref
+from ctp_state.partition_state import L1Ref, committed_files
 from ctp_state.records import GcPartitionView, ReconcileSummary
 from ctp_state.status import reconcile_summaries, try_read_partition_states, unaccounted_logs
 from ctp_state.storage import ObjectStore
@@ -47,17 +46,26 @@ class PartitionView:
     topic_id: str | None = None
     #: The id in the partition's keys (None: keys carry only the topic's name).
     key_id: str | None = None
+    l1_tags: tuple[int, ...] = ()  # as PartitionState's: compactions' writer epochs
+    l1_first: int = 0
+    start_offset: int = 0
+    l1_changed_log_offset: int = -1
+    deleted_to: int = 0
 
     def l1_after(self, w: int) -> tuple[L1Ref, ...]:
         """The committed L1 files whose records come after offset ``w``."""
-        i = bisect.bisect_right(self.l1_ends, w)
-        first = self.l1_ends[i - 1] + 1 if i else 0
-        out = []
-        for last, crc in zip(self.l1_ends[i:], self.l1_crcs[i:]):
-            key = layout.l1_key(self.topic, self.partition, first, last, self.key_id)
-            out.append(L1Ref(key, first, last, crc))
-            first = last + 1
-        return tuple(out)
+        return tuple(
+            committed_files(
+                self.topic,
+                self.partition,
+                self.key_id,
+                self.l1_first,
+                self.l1_ends,
+                self.l1_crcs,
+                self.l1_tags,
+                w + 1,
+            )
+        )
 
     @property
     def m(self) -> int | None:
@@ -84,6 +92,11 @@ class PartitionView:
             s.l1_crcs,
             topic_id,
             s.topic_id,
+            s.l1_tags,
+            s.l1_first,
+            s.start_offset,
+            s.l1_changed_log_offset,
+            s.deleted_to,
         )
 
 

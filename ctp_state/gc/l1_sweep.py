@@ -24,6 +24,23 @@ never committed, a later commit moves LR past it and the next sweep collects it.
 younger than the grace age, and orphans of partitions not collected this run, are left
 (and W stays before them).
 
+**Files a compaction or trim took out of the committed set** (R11). L1 is the only
+copy of the data, so such a file -- a *retired* file: listed, uncommitted, at or below
+LR, and inside a compaction's file or wholly before the committed files -- is deleted
+only when (a) the entry that retired it is committed (the state names the
+replacement), (b) no retained snapshot of the topic's table names it (checked after
+the run fences publishes through the catalog: :meth:`TableHook.fenced_refs`), (c) the
+partition's newest compact or trim entry is older than the reader grace by the store's
+clock (a ``ctp read`` or a Spark job holding the old file list finishes first), and (d)
+the compaction's file that holds its records is read whole by this run and passes the
+gate's L1 checks. A partition whose files changed since its last sweep is listed from
+its start, and again every run while it keeps a retired file.
+
+A compaction writes at or below LR, where nothing else commits: its file (keyed by its
+writer epoch) is never collected while a claim of that writer epoch is in the
+partition's state, lapsed or not -- the fold accepts the writer's commit until another
+claim fences it, whatever the clocks say.
+
 **Full sweeps.** A reconciler whose lease ran out can still write a file after a sweep
 moved W past the file's offsets; an incremental sweep never lists behind W, so such a
 file would stay forever. Once a period (``GcSettings.l1_full_sweep_s``, a day by default)
@@ -32,6 +49,7 @@ a run lists every partition's L1 files from the start and collects those orphans
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -41,7 +59,7 @@ import pyarrow.compute as pc
 
 from ctp_state import layout
 from ctp_state.errors import CorruptData, ObjectNotFound
-from ctp_state.l1 import parse_l1
+from ctp_state.l1 import newest_record_ms, parse_l1
 from ctp_state.partition_state import L1Ref
 from ctp_state.storage import ObjectInfo, ObjectStore
 
@@ -76,6 +94,15 @@ class SweepInput:
     full: bool = False  # list from the start, not from W (see "Full sweeps")
     all_committed: frozenset[str] = frozenset()  # with ``full``: every committed file's key
     topic_id: str | None = None  # the id in the partition's keys (None: the name only)
+    # R11, for a partition a compaction or trim changed (changed_log_offset >= 0):
+    all_refs: tuple[L1Ref, ...] = ()  # every committed file
+    l1_first: int = 0  # the first committed file's first offset
+    changed_log_offset: int = -1  # the newest compact or trim entry's log offset
+    changed_entry_key: str | None = None  # its key (its store time starts the reader grace)
+    #: Writer epochs of the partition's claim holders, lapsed leases included: a
+    #: compactor whose lease lapsed can still commit its file until someone else claims
+    #: (the fold judges the claim, not the clock), so its file is never collected.
+    holders: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -90,6 +117,13 @@ class SweepResult:
     beyond_lr: int = 0
     orphans: list[ObjectInfo] = field(default_factory=list)
     new_files: list[L1Check] = field(default_factory=list)
+    #: Retired files past the reader grace, their replacement checked: deleted after the
+    #: gate unless the topic's table still names them (see prepare).
+    retired: list[ObjectInfo] = field(default_factory=list)
+    retired_kept: int = 0  # retired files left for a later run (grace, claim, or a table names them)
+    #: Of ``retired``, those a trim dropped: (key, last offset, newest record's time), for
+    #: the gate's retention check.
+    dropped: list[tuple[str, int, int | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -118,14 +152,42 @@ def _range(key: str) -> tuple[int, int]:
     return name.first, name.last
 
 
-def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_s: float) -> SweepResult:
+def _retiring(inp: SweepInput, first: int, last: int) -> L1Ref | bool | None:
+    """For an uncommitted file of offsets ``first``-``last`` at or below LR of a changed
+    partition: the compaction's file that holds its records (it was replaced), True if
+    it lies wholly before the committed files (a trim dropped it), None otherwise."""
+    if inp.changed_log_offset < 0:
+        return None
+    if last < inp.l1_first:
+        return True
+    ends = [r.last for r in inp.all_refs]
+    i = bisect.bisect_left(ends, first)
+    if i == len(inp.all_refs):
+        return None
+    c = inp.all_refs[i]
+    if c.first <= first and last <= c.last and layout.parse_l1_key(c.key).compacted_by > 0:
+        return c
+    return None
+
+
+def sweep_partition(
+    store: ObjectStore,
+    inp: SweepInput,
+    *,
+    now_s: float,
+    grace_s: float,
+    reader_grace_s: float = 3600.0,
+    store_now_s: float | None = None,
+) -> SweepResult:
     w, lr = inp.swept_through, inp.last_reconciled_offset
     res = SweepResult(inp.topic, inp.partition, w, inp.swept_log_end)
-    if not inp.full and inp.log_end_offset == inp.swept_log_end and w == lr:
+    # Files changed since the last sweep looked (or retired files it kept): list it all.
+    whole = inp.full or (inp.changed_log_offset >= 0 and inp.changed_log_offset >= inp.swept_log_end)
+    if not whole and inp.log_end_offset == inp.swept_log_end and w == lr:
         res.skipped = True
         return res
     prefix = layout.l1_partition_prefix(inp.topic, inp.partition, inp.topic_id)
-    start = layout.l1_after(inp.topic, inp.partition, w, inp.topic_id) if w >= 0 and not inp.full else None
+    start = layout.l1_after(inp.topic, inp.partition, w, inp.topic_id) if w >= 0 and not whole else None
     listed: dict[str, ObjectInfo] = {}
     for info in store.list(prefix, start_after=start):
         if not info.key.endswith(".parquet"):
@@ -133,13 +195,13 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
         listed[info.key] = info
     res.listed = len(listed)
 
-    prev_last = w
+    prev_last = max(w, inp.l1_first - 1)  # (a trimmed partition's files start at its first committed offset)
     committed = set()
     boundaries = [w]  # commit boundaries (a committed file's last offset): where W may stand
     for ref in inp.committed:  # checked whether or not the listing saw them
         if ref.last <= w or ref.last > lr:
             continue
-        if ref.first <= w and prev_last == w:
+        if ref.first <= w and prev_last == max(w, inp.l1_first - 1):
             # W inside this file: an older ctp could leave W off a commit boundary (see
             # below). The file starts where the previous committed one ended, so check
             # it from there; contiguity between committed files is still checked.
@@ -150,12 +212,40 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
         boundaries.append(ref.last)
 
     new_w = lr
+    every = {r.key for r in inp.all_refs}
+    checked = set(committed)
+    changed_at: list[float | None] = []  # the change entry's store time, read once when needed
     for key, info in sorted(listed.items(), key=lambda kv: _range(kv[0])):
         first, last = _range(key)
-        if key in committed or key in inp.all_committed:
+        if key in committed or key in inp.all_committed or key in every:
             continue
+        retiring = _retiring(inp, first, last) if last <= lr else None
         if last > lr:
             res.beyond_lr += 1
+        elif layout.parse_l1_key(key).compacted_by in inp.holders:
+            # A compaction's file whose writer still holds its claim (even past its
+            # lease): it may be committed yet. Not an orphan until that claim is gone.
+            res.young += 1
+        elif retiring is not None:
+            if not changed_at:
+                head = store.head(inp.changed_entry_key) if inp.changed_entry_key else None
+                changed_at.append(head.mtime if head is not None else None)
+            since = changed_at[0]
+            now = store_now_s if store_now_s is not None else now_s
+            if not inp.collect or now_s - info.mtime < grace_s or since is None or now - since < reader_grace_s:
+                res.retired_kept += 1
+                continue
+            if isinstance(retiring, L1Ref) and retiring.key not in checked:
+                # (d): the file that holds its records now is read whole and checked first
+                res.new_files.append(_check_row(store, inp, retiring, retiring.first - 1))
+                checked.add(retiring.key)
+            if retiring is True:  # dropped: the gate checks what allowed it
+                try:
+                    newest = newest_record_ms(store, key)
+                except (CorruptData, ObjectNotFound):
+                    newest = None
+                res.dropped.append((key, last, newest))
+            res.retired.append(info)
         elif not inp.collect or now_s - info.mtime < grace_s:
             res.young += 1
             if first > w:  # one behind W waits for the next full sweep; W does not move back
@@ -167,6 +257,10 @@ def sweep_partition(store: ObjectStore, inp: SweepInput, *, now_s: float, grace_
             res.orphans.append(info)
     res.swept_through = new_w
     res.swept_log_end = inp.log_end_offset if new_w == lr else inp.swept_log_end
+    if res.retired_kept or res.retired:
+        # Retired files remain (kept, or deleted only if this run's deletes all land):
+        # the next run lists the partition whole again.
+        res.swept_log_end = min(res.swept_log_end, inp.changed_log_offset)
     return res
 
 
@@ -198,12 +292,25 @@ def _check_row(store: ObjectStore, inp: SweepInput, ref: L1Ref, prev_last: int) 
 
 
 def sweep(
-    store: ObjectStore, inputs: Sequence[SweepInput], *, now_s: float, grace_s: float, threads: int = 16
+    store: ObjectStore,
+    inputs: Sequence[SweepInput],
+    *,
+    now_s: float,
+    grace_s: float,
+    threads: int = 16,
+    reader_grace_s: float = 3600.0,
+    store_now_s: float | None = None,
 ) -> list[SweepResult]:
     if not inputs:
         return []
+
+    def one(i: SweepInput) -> SweepResult:
+        return sweep_partition(
+            store, i, now_s=now_s, grace_s=grace_s, reader_grace_s=reader_grace_s, store_now_s=store_now_s
+        )
+
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(inputs)))) as pool:
-        return list(pool.map(lambda i: sweep_partition(store, i, now_s=now_s, grace_s=grace_s), inputs))
+        return list(pool.map(one, inputs))
 
 
 def check_table(results: Sequence[SweepResult]) -> pa.Table:

@@ -80,6 +80,11 @@ class Outcome(TypedDict, total=False):
     l1_orphans_deleted: int
     l1_orphan_bytes_deleted: int
     l1_delete_errors: int
+    l1_retired: int
+    l1_retired_bytes: int
+    l1_retired_kept: int
+    l1_retired_deleted: int
+    l1_retired_bytes_deleted: int
     tmp_deleted: int
     gc_orphans_deleted: int
     topic_incarnations_removed: int

@@ -29,7 +29,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from ctp_state import layout
 from ctp_state.codec import JsonObject
+from ctp_state.deletion import store_now
 from ctp_state.errors import StateUnreadable
 from ctp_state.gc import l1_sweep
 from ctp_state.gc.alert import m_alert
@@ -39,6 +41,7 @@ from ctp_state.gc.safe_epoch import Holdback, MDecision, PartitionStatus, comput
 from ctp_state.gc.table_hook import TableHeads, TableHook
 from ctp_state.gc.tables import (
     HistoryCandidate,
+    dropped_table,
     history_table,
     state_table,
     table_files_table,
@@ -142,6 +145,7 @@ def prepare(
     }
 
     previous_lb: dict[tuple[str, int], int] = {}
+    previous_start: dict[tuple[str, int], int] = {}
     watermarks: dict[tuple[str, int], tuple[int, int]] = {}
     # The reference for lower bounds and L1 watermarks: the newest passing run's view
     # that reads (a dry run's view carries the watermarks it was given, unchanged).
@@ -159,6 +163,7 @@ def prepare(
         previous_lb = {
             (r.topic, r.partition): r.min_epoch_lower_bound for r in same if r.min_epoch_lower_bound is not None
         }
+        previous_start = {(r.topic, r.partition): r.start_offset for r in same if r.start_offset is not None}
         watermarks = {(r.topic, r.partition): (r.l1_swept_through, r.l1_swept_log_end) for r in same}
 
     # Every partition's new committed L1 files are checked (their L0 sources may go this
@@ -171,6 +176,7 @@ def prepare(
         if not v.initialized:
             continue
         w, log_end = watermarks.get((v.topic, v.partition), (-1, -1))
+        changed_p = v.l1_changed_log_offset >= 0  # compacted or trimmed (R11)
         collect = not any(h.lease_until_ms > started_ms for h in v.holders) and (
             not config.sweep_topics or v.topic in config.sweep_topics
         )
@@ -187,10 +193,28 @@ def prepare(
                 full,
                 frozenset(r.key for r in v.l1_after(-1)) if full else frozenset(),
                 v.key_id,
+                all_refs=v.l1_after(-1) if changed_p else (),
+                l1_first=v.l1_first,
+                changed_log_offset=v.l1_changed_log_offset,
+                changed_entry_key=layout.log_entry(v.topic, v.partition, v.l1_changed_log_offset, v.key_id)
+                if changed_p
+                else None,
+                holders=frozenset(h.writer_epoch for h in v.holders),
             )
         )
     on_progress("l1-check", 0, len(inputs))
-    sweeps = l1_sweep.sweep(store, inputs, now_s=clock(), grace_s=config.l1_grace_s)
+    changed = any(i.changed_log_offset >= 0 for i in inputs)
+    now_store = store_now(store) if changed else None
+    sweeps = l1_sweep.sweep(
+        store,
+        inputs,
+        now_s=clock(),
+        grace_s=config.l1_grace_s,
+        reader_grace_s=config.l1_reader_grace_s,
+        store_now_s=now_store,
+    )
+    by_tp = {(v.topic, v.partition): v for v in views}
+    _spare_what_tables_name(store, sweeps, by_tp, tables)
     on_progress("l1-check", len(inputs), len(inputs))
     new_marks = dict(watermarks)
     new_marks.update({(s.topic, s.partition): (s.swept_through, s.swept_log_end) for s in sweeps})
@@ -207,9 +231,14 @@ def prepare(
                 run_id=run_id,
             ),
         ),
-        "partition_state": state_table(views, previous_lb, decision.m),
+        "partition_state": state_table(views, previous_lb, decision.m, previous_start),
         "l1_files": l1_sweep.check_table(sweeps),
         "table_files": table_files_table(heads.heads, views, store.key_of),
+        "l1_dropped": dropped_table(
+            [(by_tp[(s.topic, s.partition)], key, last, newest) for s in sweeps for key, last, newest in s.dropped],
+            {n.name: (n.retention_ms, n.retention_bytes) for n in gathered.names if n.current is not None},
+            int((now_store if now_store is not None else clock()) * 1000),
+        ),
         "table_partitions": table_partitions_table(heads.heads, views),
     }
     return Prepared(
@@ -235,6 +264,41 @@ def prepare(
         names=gathered.names,
         table_heads=heads,
     )
+
+
+def _spare_what_tables_name(
+    store: ObjectStore,
+    sweeps: list[l1_sweep.SweepResult],
+    views: dict[tuple[str, int], PartitionView],
+    tables: TableHook | None,
+) -> None:
+    """R11 (b): a retired L1 file goes only if no retained snapshot of its topic's table
+    names it. The hook fences publishes first (a publish that read the states before the
+    compaction cannot commit after it), then lists what every retained snapshot names.
+    Without the hook, a topic that may have a table (anything under its ``tables/``
+    space) keeps its retired files: nothing here can tell what its snapshots name."""
+    by_topic: dict[tuple[str, str | None], list[l1_sweep.SweepResult]] = {}
+    for s in sweeps:
+        if s.retired:
+            v = views[(s.topic, s.partition)]
+            by_topic.setdefault((s.topic, v.topic_id), []).append(s)
+    for (topic, topic_id), results in by_topic.items():
+        v = views[(results[0].topic, results[0].partition)]
+        named: frozenset[str] | None
+        if tables is not None:
+            named = tables.fenced_refs(topic, topic_id)
+        elif next(iter(store.list(f"{layout.TABLES_ROOT}{layout.space(topic, v.key_id)}/")), None) is not None:
+            named = None
+        else:
+            named = frozenset()
+        for s in results:
+            keep = [o for o in s.retired if named is None or o.key in named]
+            if keep:
+                kept = {o.key for o in keep}
+                s.retired = [o for o in s.retired if o.key not in kept]
+                s.dropped = [d for d in s.dropped if d[0] not in kept]
+                s.retired_kept += len(keep)
+                s.swept_log_end = min(s.swept_log_end, views[(s.topic, s.partition)].l1_changed_log_offset)
 
 
 def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
@@ -267,6 +331,17 @@ def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
             failures.append(
                 f"backstop: table {row['table']} partition {row['partition']}: file {row['path']} starts at "
                 f"offset {row['first_offset']}, expected {row['expected_first_offset']} (a gap or an overlap)"
+            )
+    for row in p.frames["partition_state"].to_pylist():  # R11: start offsets only grow
+        if row["previous_start_offset"] is not None and row["start_offset"] < row["previous_start_offset"]:
+            failures.append(
+                f"backstop: {row['topic']}/{row['partition']}: start offset {row['start_offset']} is below the "
+                f"{row['previous_start_offset']} the last passing GC saw (start offsets only grow)"
+            )
+    for row in p.frames["l1_dropped"].to_pylist():  # R11: retention drops only what it may
+        if not row["authorized"]:
+            failures.append(
+                f"backstop: L1 file {row['key']} was dropped by a trim that nothing allows ({row['why']}): it is kept"
             )
     if m is not None:  # I1, independently of the lower bounds that gave M
         low = [v for v in p.views if v.min_pending_epoch is not None and v.min_pending_epoch <= m]

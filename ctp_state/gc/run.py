@@ -166,7 +166,11 @@ def run_gc(
 
     counters = GcCounters()
     l1_orphans = [o for s in p.sweeps for o in s.orphans]
+    l1_retired = [o for s in p.sweeps for o in s.retired]
     l1_info: Outcome = {
+        "l1_retired": len(l1_retired),
+        "l1_retired_bytes": sum(o.size for o in l1_retired),
+        "l1_retired_kept": sum(s.retired_kept for s in p.sweeps),
         "l1_listed": sum(s.listed for s in p.sweeps),
         "l1_new_files_checked": sum(len(s.new_files) for s in p.sweeps),
         "l1_orphans": len(l1_orphans),
@@ -178,7 +182,7 @@ def run_gc(
     }
     bulk = store.bulk()  # listing and deletes pace themselves (AIMD per spread prefix)
     todo: list[ObjectInfo] | None = None  # planned: the audit trail of a run that fails part way
-    l1_res, gc_res = GcCounters(), GcCounters()
+    l1_res, gc_res, retired_res = GcCounters(), GcCounters(), GcCounters()
     gc_orphans: list[ObjectInfo] = []
     removal = deletion.RemoveResult()
     swept = TableSweep()
@@ -199,6 +203,8 @@ def run_gc(
             topic_failed=frozenset(removal.failed),
             table_files=swept.unreachable,
             table_failed=frozenset(table_res.failed_keys),
+            retired_files=l1_retired,
+            retired_failed=frozenset(retired_res.failed_keys),
         )
 
     try:
@@ -232,7 +238,7 @@ def run_gc(
                 "dry_run",
                 {**gate_info, **counts(counters), **plan, **l1_info},
                 with_view=True,
-                deletes=deletes_table(todo, set(), l1_orphans, set(), dry_run=True),
+                deletes=deletes_table(todo, set(), l1_orphans, set(), dry_run=True, retired_files=l1_retired),
             )
         delete_objects(
             bulk,
@@ -242,6 +248,8 @@ def run_gc(
             on_progress=lambda d, t: on_progress("delete", d, t),
         )
         l1_res = delete_objects(bulk, l1_orphans, in_flight=config.in_flight)
+        # R11: retired L1 files, behind the gate that checked their replacements
+        retired_res = delete_objects(bulk, l1_retired, in_flight=config.in_flight)
         gc_orphans = gc_run_orphans(store, p.tail, p.last_seq)
         gc_res = delete_objects(bulk, gc_orphans, in_flight=config.in_flight)
         # Deleted topic incarnations (R10): not counted for M above; their state goes
@@ -266,7 +274,9 @@ def run_gc(
             Outcome(
                 l1_orphans_deleted=l1_res.deleted,
                 l1_orphan_bytes_deleted=l1_res.deleted_bytes,
-                l1_delete_errors=l1_res.delete_errors,
+                l1_delete_errors=l1_res.delete_errors + retired_res.delete_errors,
+                l1_retired_deleted=retired_res.deleted,
+                l1_retired_bytes_deleted=retired_res.deleted_bytes,
                 gc_orphans_deleted=gc_res.deleted,
                 topic_incarnations_removed=len(removal.removed),
                 topic_incarnations_waiting=len(removal.waiting),
@@ -303,6 +313,7 @@ def run_gc(
         or gc_res.delete_errors
         or removal.errors
         or table_res.delete_errors
+        or retired_res.delete_errors
     )
     status = "partial" if failed_any else "ok"
     if p.full_sweep and not l1_res.delete_errors:  # a full sweep counts once every orphan it found went

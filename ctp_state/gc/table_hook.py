@@ -76,6 +76,14 @@ class TableHook(Protocol):
         store's clock ``now_s``."""
         ...
 
+    def fenced_refs(self, topic: str, topic_id: str | None) -> frozenset[str] | None:
+        """R11 (b): fence publishes to the table of incarnation ``topic_id`` of ``topic``
+        (a commit of the catalog's own: a publish that read the head before it fails its
+        commit and starts again from the partitions' states as they are now), then the
+        store keys of every data file a retained snapshot names. None: the table could
+        not be fenced or read (its retired files are kept); an empty set: no table."""
+        ...
+
     def drop(self, t: Topic) -> str | None:
         """Drop deleted incarnation ``t``'s table from the catalog before the GC removes
         its files (a REST catalog's table would otherwise go on naming them); None, or

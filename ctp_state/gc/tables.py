@@ -3,7 +3,6 @@ view the history keeps."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from ctp_state import layout
+from ctp_state.errors import CorruptData
 from ctp_state.gc.history import DELETES_SCHEMA, PARTITION_SCHEMA
 from ctp_state.gc.safe_epoch import PartitionStatus
 from ctp_state.records import GcRecord
@@ -44,6 +44,8 @@ STATE_SCHEMA = pa.schema(
         ("max_applied_epoch", pa.int64()),
         ("min_pending_epoch", pa.int64()),
         ("candidate_m", pa.int64()),
+        ("start_offset", pa.int64()),  # R11: start offsets only grow
+        ("previous_start_offset", pa.int64()),
     ]
 )
 
@@ -81,10 +83,18 @@ def history_table(tail: list[GcRecord], candidate: HistoryCandidate) -> pa.Table
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 
 
-def state_table(views: list[PartitionView], previous: dict[tuple[str, int], int], m: int | None = None) -> pa.Table:
+def state_table(
+    views: list[PartitionView],
+    previous: dict[tuple[str, int], int],
+    m: int | None = None,
+    previous_start: dict[tuple[str, int], int] | None = None,
+) -> pa.Table:
+    previous_start = previous_start or {}
     return pa.Table.from_pylist(
         [
             {
+                "start_offset": v.start_offset,
+                "previous_start_offset": previous_start.get((v.topic, v.partition)),
                 "topic": v.topic,
                 "partition": v.partition,
                 "source": v.source,
@@ -128,6 +138,7 @@ def partition_view_table(
                 "status": statuses.get((v.topic, v.partition), none).status if statuses else None,
                 "status_detail": statuses.get((v.topic, v.partition), none).detail if statuses else None,
                 "topic_id": v.topic_id,
+                "start_offset": v.start_offset,
             }
             for v in views
         ],
@@ -149,6 +160,8 @@ def deletes_table(
     topic_failed: frozenset[str] = frozenset(),
     table_files: Sequence[ObjectInfo] = (),
     table_failed: frozenset[str] = frozenset(),
+    retired_files: Sequence[ObjectInfo] = (),
+    retired_failed: frozenset[str] = frozenset(),
 ) -> pa.Table:
     """Every key a run deleted (a dry run: would delete), the ones that still failed
     after every retry marked ``failed``. A run ``interrupted`` part way (it failed) marks
@@ -158,33 +171,76 @@ def deletes_table(
     def outcome(key: str, failed: set[str]) -> str:
         return "would_delete" if dry_run else ("failed" if key in failed else done)
 
+    groups: list[tuple[str, Sequence[ObjectInfo], set[str]]] = [
+        ("l0", l0, l0_failed),
+        ("l1_orphan", l1, l1_failed),
+        ("l1_retired", retired_files, set(retired_failed)),
+        ("gc_orphan", gc_files, set(gc_failed)),
+        ("deleted_topic", topic_files, set(topic_failed)),
+        ("table_metadata", table_files, set(table_failed)),
+    ]
     return pa.Table.from_pydict(
         {
-            "key": [o.key for o in l0]
-            + [o.key for o in l1]
-            + [o.key for o in gc_files]
-            + [o.key for o in topic_files]
-            + [o.key for o in table_files],
-            "kind": ["l0"] * len(l0)
-            + ["l1_orphan"] * len(l1)
-            + ["gc_orphan"] * len(gc_files)
-            + ["deleted_topic"] * len(topic_files)
-            + ["table_metadata"] * len(table_files),
-            "epoch": [layout.parse_l0_key(o.key)[1] for o in l0]
-            + [None] * (len(l1) + len(gc_files) + len(topic_files) + len(table_files)),
-            "size": [o.size for o in l0]
-            + [o.size for o in l1]
-            + [o.size for o in gc_files]
-            + [o.size for o in topic_files]
-            + [o.size for o in table_files],
-            "outcome": [outcome(o.key, l0_failed) for o in l0]
-            + [outcome(o.key, l1_failed) for o in l1]
-            + [outcome(o.key, set(gc_failed)) for o in gc_files]
-            + [outcome(o.key, set(topic_failed)) for o in topic_files]
-            + [outcome(o.key, set(table_failed)) for o in table_files],
+            "key": [o.key for _, objs, _ in groups for o in objs],
+            "kind": [kind for kind, objs, _ in groups for _o in objs],
+            "epoch": [
+                layout.parse_l0_key(o.key)[1] if kind == "l0" else None for kind, objs, _ in groups for o in objs
+            ],
+            "size": [o.size for _, objs, _ in groups for o in objs],
+            "outcome": [outcome(o.key, failed) for _, objs, failed in groups for o in objs],
         },
         schema=DELETES_SCHEMA,
     )
+
+
+L1_DROPPED_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("key", pa.string()),
+        ("last_offset", pa.int64()),
+        ("newest_ms", pa.int64()),  # the newest record's timestamp (null: unknown)
+        ("authorized", pa.bool_()),
+        ("why", pa.string()),
+    ]
+)
+
+
+def dropped_table(
+    dropped: Sequence[tuple[PartitionView, str, int, int | None]],
+    retention: dict[str, tuple[int | None, int | None]],
+    now_ms: int,
+) -> pa.Table:
+    """R11: every L1 file a trim dropped that this run would delete, beside what allowed
+    it: an operator's DeleteRecords past it, the topic's retention.bytes, or its newest
+    record older than the topic's retention.ms (by the store's clock)."""
+    rows = []
+    for v, key, last, newest in dropped:
+        rms, rbytes = retention.get(v.topic, (None, None))
+        if last < v.deleted_to:
+            ok, why = True, f"delete-records to {v.deleted_to}"
+        elif rbytes is not None:
+            ok, why = True, f"retention.bytes {rbytes}"
+        elif rms is not None and newest is not None and now_ms - newest > rms:
+            ok, why = True, f"newest record {now_ms - newest} ms old > retention.ms {rms}"
+        else:
+            ok = False
+            why = (
+                f"newest record {'?' if newest is None else now_ms - newest} ms old, retention.ms "
+                f"{rms if rms is not None else 'none'}, no retention.bytes, no delete-records past it"
+            )
+        rows.append(
+            {
+                "topic": v.topic,
+                "partition": v.partition,
+                "key": key,
+                "last_offset": last,
+                "newest_ms": newest,
+                "authorized": ok,
+                "why": why,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=L1_DROPPED_SCHEMA)
 
 
 TABLE_FILES_SCHEMA = pa.schema(
@@ -236,6 +292,11 @@ def table_files_table(
     for h in heads:
         expected: dict[int, int] = {}
         for f in sorted(h.files, key=lambda f: (f.partition, f.first_offset, f.last_offset)):
+            v = by_partition.get((h.topic, h.topic_id, f.partition))
+            if f.partition not in expected and v is not None and v.l1_changed_log_offset >= 0:
+                # A trimmed partition's table starts where its files did when it was last
+                # published: at most at the first committed file (no retained record missing).
+                expected[f.partition] = min(f.first_offset, v.l1_first)
             rows.append(
                 {
                     "topic": h.topic,
@@ -259,14 +320,51 @@ def table_files_table(
 
 
 def _committed(v: PartitionView | None, f: TableFile, key_of: Callable[[str], str | None]) -> bool:
-    """Whether ``f`` is partition ``v``'s committed L1 file of its range, or its copy."""
+    """Whether ``f`` is partition ``v``'s committed L1 file of its range, or its copy --
+    or one that a compaction or trim took out of the committed set since the table was
+    last published (the table follows the log, later: it still holds those records once,
+    in the files they were in)."""
     if v is None:
         return False  # a partition the live incarnation does not have
-    i = bisect.bisect_left(v.l1_ends, f.last_offset)
-    if i == len(v.l1_ends) or v.l1_ends[i] != f.last_offset or (v.l1_ends[i - 1] + 1 if i else 0) != f.first_offset:
-        return False
     args = (v.topic, v.partition, f.first_offset, f.last_offset, v.key_id)
-    return key_of(f.path) in (layout.l1_key(*args), layout.l1_copy_key(*args))
+    key = key_of(f.path)
+    refs = v.l1_after(f.last_offset - 1)
+    if (
+        refs
+        and (refs[0].first, refs[0].last) == (f.first_offset, f.last_offset)
+        and key in (refs[0].key, layout.l1_copy_key(*args))
+    ):
+        return True
+    return key is not None and _superseded(v, f, key)
+
+
+def _superseded(v: PartitionView, f: TableFile, key: str) -> bool:
+    """Whether ``key`` is one of ``v``'s L1 files (or a copy) that a committed compaction
+    replaced (its range inside a compaction's file) or a trim dropped (wholly before the
+    committed files)."""
+    args = (v.topic, v.partition, f.first_offset, f.last_offset, v.key_id)
+    if key != layout.l1_copy_key(*args):
+        try:
+            name = layout.parse_l1_key(key)
+        except CorruptData:
+            return False
+        if (name.topic, name.topic_id, name.partition, name.first, name.last) != (
+            v.topic,
+            v.key_id,
+            v.partition,
+            f.first_offset,
+            f.last_offset,
+        ):
+            return False
+    if v.l1_changed_log_offset < 0:
+        return False  # never compacted or trimmed: nothing left the committed set
+    if f.last_offset < v.l1_first:
+        return True
+    refs = v.l1_after(f.first_offset - 1)
+    if not refs:
+        return False
+    c = refs[0]
+    return layout.parse_l1_key(c.key).compacted_by > 0 and c.first <= f.first_offset and f.last_offset <= c.last
 
 
 def table_partitions_table(heads: Sequence[TableHead], views: Sequence[PartitionView]) -> pa.Table:

@@ -138,29 +138,52 @@ def spark_map_files(
     Not one task per file: each Python task has a fixed cost in Spark on top of its work,
     which would dominate small files (figures in docs/benchmarks.md).
     """
-    if inline_plan_mb is None:
-        inline_plan_mb = INLINE_PLAN_MB
 
     def run(files: list[Any]) -> list[L1Build]:
         jobs = list(enumerate(files))
-        slices = max(1, min(len(jobs), default_parallelism(spark) * tasks_per_core))
         # Deal the files largest-first round-robin so every slot gets a similar share.
         order = sorted(jobs, key=lambda job: -job[1].l0_bytes)
-        plan = [pickle.dumps(order[i::slices], protocol=pickle.HIGHEST_PROTOCOL) for i in range(slices)]
-        if sum(map(len, plan)) <= inline_plan_mb * 1024 * 1024:
-            # spark.range splits evenly: partition i holds the one row i.
-            df = spark.range(0, slices, 1, numPartitions=slices)
-            build = _builder(store_url, compression, plan)
-        else:
-            keys = slot_keys(slices)
-            df = spark.createDataFrame(
-                [(keys[i], blob) for i, blob in enumerate(plan)], "slot int, jobs binary"
-            ).repartition(slices, "slot")
-            build = _builder(store_url, compression, None)
-        rows = df.mapInArrow(build, RESULT_SCHEMA).collect()
-        return [msgspec.json.decode(r.result, type=L1Build) for r in rows]
+        rows = _spark_map(spark, store_url, compression, order, tasks_per_core, inline_plan_mb)
+        return [msgspec.json.decode(r, type=L1Build) for r in rows]
 
     return run
+
+
+def spark_map_runs(
+    spark: Any, store_url: str, compression: str, tasks_per_core: int = 1, inline_plan_mb: float | None = None
+) -> Callable[[list[Any]], list[Any]]:
+    """``map_runs`` for :func:`ctp_state.compact.run_compaction`: each compacted file built
+    in a Spark task as :func:`spark_map_files` builds a reconcile's (the same slots,
+    ``mapInArrow``, Connect or classic), largest runs first."""
+    from ctp_state.compact import RunBuild
+
+    def run(jobs: list[Any]) -> list[RunBuild]:
+        order = sorted(jobs, key=lambda j: -(j.last - j.first))
+        rows = _spark_map(spark, store_url, compression, order, tasks_per_core, inline_plan_mb)
+        return [msgspec.json.decode(r, type=RunBuild) for r in rows]
+
+    return run
+
+
+def _spark_map(
+    spark: Any, store_url: str, compression: str, order: list[Any], tasks_per_core: int, inline_plan_mb: float | None
+) -> list[str]:
+    """Build every job of ``order`` in Spark tasks; their results as JSON strings."""
+    if inline_plan_mb is None:
+        inline_plan_mb = INLINE_PLAN_MB
+    slices = max(1, min(len(order), default_parallelism(spark) * tasks_per_core))
+    plan = [pickle.dumps(order[i::slices], protocol=pickle.HIGHEST_PROTOCOL) for i in range(slices)]
+    if sum(map(len, plan)) <= inline_plan_mb * 1024 * 1024:
+        # spark.range splits evenly: partition i holds the one row i.
+        df = spark.range(0, slices, 1, numPartitions=slices)
+        build = _builder(store_url, compression, plan)
+    else:
+        keys = slot_keys(slices)
+        df = spark.createDataFrame(
+            [(keys[i], blob) for i, blob in enumerate(plan)], "slot int, jobs binary"
+        ).repartition(slices, "slot")
+        build = _builder(store_url, compression, None)
+    return [r.result for r in df.mapInArrow(build, RESULT_SCHEMA).collect()]
 
 
 def spark_session(

@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 
-from ctp_state.l1 import L1Build
 from ctp_state.storage import ObjectStore
 
 _STORES: dict[str, ObjectStore] = {}  # a Python worker opens each store once
@@ -33,7 +32,14 @@ def _store(url: str) -> Any:
     return _STORES[url]
 
 
-def _build(url: str, compression: str, job: tuple[int, Any]) -> L1Build:
+def _build(url: str, compression: str, job: Any) -> Any:
+    """Build one planned file: ``(index, L1File)`` of a reconcile (an
+    :class:`~ctp_state.l1.L1Build`), or a compaction's
+    :class:`~ctp_state.compact.CompactJob` (a :class:`~ctp_state.compact.RunBuild`)."""
+    from ctp_state.compact import CompactJob, build_run
+
+    if isinstance(job, CompactJob):
+        return build_run(_store(url), job, compression=compression)
     from ctp_state.reconcile import build_one
 
     index, f = job

@@ -13,9 +13,10 @@ from ctp_state.storage import ObjectStore
 from ctp_state.table.vector import read_vector, vector_key
 from ctp_state.topic_meta import Topic
 
-#: Every file ctp registers is named ``<first>-<last>.parquet`` by the record offsets it
-#: holds: an L1 key, or the format 2 copy of a format 1 file.
-_RANGE_RE = re.compile(r"/(\d{20})-(\d{20})\.parquet$")
+#: Every file ctp registers is named ``<first>-<last>[.w<writer epoch>].parquet`` by the
+#: record offsets it holds: an L1 key (a compaction's names its writer epoch), or the
+#: format 2 copy of a format 1 file.
+_RANGE_RE = re.compile(r"/(\d{20})-(\d{20})(?:\.w\d{20})?\.parquet$")
 _OFFSET_FIELD = 1  # the field id of ``offset`` (ctp_state.table.schema)
 
 

@@ -132,6 +132,27 @@ def unreachable(
     return out
 
 
+def _named_data_files(store: ObjectStore, table: Any) -> set[str]:
+    """The store keys of every data file a snapshot of ``table`` names (each manifest read
+    once, however many snapshots share it)."""
+    io = table.io
+    seen: set[str] = set()
+    out: set[str] = set()
+    for snap in table.snapshots():
+        for m in snap.manifests(io):
+            if m.manifest_path in seen:
+                continue
+            seen.add(m.manifest_path)
+            for entry in m.fetch_manifest_entry(io, discard_deleted=True):
+                out.add(store.key_of(entry.data_file.file_path) or entry.data_file.file_path)
+    return out
+
+
+#: Written into a table's directory when ctp drops that table to rebuild it: the
+#: directory then names a table no catalog holds (it never blocks the GC's R11 deletes).
+DROPPED = "dropped"
+
+
 class CatalogTables:
     """The GC's hook into the topics' tables (:class:`ctp_state.gc.table_hook.TableHook`)
     through one catalog. A table it cannot read or maintain is reported, never a reason
@@ -225,6 +246,73 @@ class CatalogTables:
         except Exception as e:
             return f"{'.'.join(ident)}: {type(e).__name__}: {e}"
         return None
+
+    def fenced_refs(self, topic: str, topic_id: str | None) -> frozenset[str] | None:
+        from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError
+
+        from ctp_state.table import register
+        from ctp_state.table.vector import PUBLISHED
+        from ctp_state.topics import get_topic
+
+        t = get_topic(self.store, topic)
+        if t.id != topic_id:
+            return None  # re-created since the run read its states: the next run decides
+        space = f"{layout.TABLES_ROOT}{layout.space(t.name, t.key_id)}/"
+        dirs = [d for d in self.store.list_level(space)[0] if d != space + "copies/"]
+        if self.config.uri is None and not os.path.exists(default_path(self.store, self.home)):
+            return None if dirs else frozenset()  # (a table this GC's catalog does not know may name them)
+        ident = identifier(self.config, topic)
+        try:
+            catalog = open_catalog(self.store, self.config, home=self.home)
+            table = catalog.load_table(ident)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            if dirs:
+                log.warning(
+                    "topic %s has table files in the store (%s) its catalog does not know: retired L1 files are kept",
+                    topic,
+                    dirs[0],
+                )
+                return None
+            return frozenset()
+        except Exception as e:
+            log.warning("table %s: cannot read it to fence it (%s): its retired L1 files are kept", ".".join(ident), e)
+            return None
+        if table.properties.get(TOPIC_ID) != t.incarnation:
+            return None  # another incarnation's table at the name: this one's may be elsewhere
+        own = vector_prefix(self.store, table, t)[: -len("published/")]
+        others = [d for d in dirs if d != own and not self._dropped(d)]
+        if others:
+            # Another table of the topic (another namespace or catalog, one this GC does
+            # not maintain) may name the retired files: they stay until it is gone.
+            log.warning("topic %s: table %s is not %s's: retired L1 files are kept", topic, others[0], ".".join(ident))
+            return None
+        for _ in range(5):
+            # The fence: a snapshot of the catalog's own (no files added, the head's vector
+            # named again). A publish that read the old head cannot commit on it.
+            head = table.current_snapshot()
+            props = {PUBLISHED: vk} if (vk := vector_key(head)) is not None else {}
+            try:
+                tx = register.transaction(table)
+                with tx.update_snapshot(snapshot_properties=props).fast_append():
+                    pass
+                table = tx.commit_transaction()
+                break
+            except CommitFailedException:
+                table = table.refresh()
+            except Exception as e:
+                log.warning("table %s: cannot fence it (%s): its retired L1 files are kept", ".".join(ident), e)
+                return None
+        else:
+            return None
+        try:
+            return frozenset(_named_data_files(self.store, table))
+        except Exception as e:
+            log.warning("table %s: cannot list its snapshots' files (%s): retired L1 files kept", ".".join(ident), e)
+            return None
+
+    def _dropped(self, d: str) -> bool:
+        """Whether table directory ``d`` belongs to a table ctp dropped (a rebuild)."""
+        return self.store.head(d + DROPPED) is not None
 
     def maintain(self, now_s: float, grace_s: float) -> TableSweep:
         errors: list[str] = []

@@ -57,9 +57,10 @@ from ctp_state.table.vector import (
     PUBLISHED,
     VectorMissing,
     key_of,
-    read_vector,
+    read_vector_changes,
     vector_key,
     vector_of_files,
+    vector_prefix,
     write_vector,
 )
 from ctp_state.topic_meta import Topic
@@ -80,6 +81,7 @@ class Published:
     format1_copied: int  # format 1 files appended as format 2 copies
     attempts: int  # commits tried (more than one: lost races, or an outcome looked up)
     vector: dict[int, int] = field(default_factory=dict)  # partition -> last record offset accounted for
+    files_removed: int = 0  # data files a compaction or trim replaced or dropped, out of the table
 
     def as_dict(self) -> JsonObject:
         """JSON for the CLI and the DAG's XCom (the vector, one entry per partition, left out)."""
@@ -295,8 +297,9 @@ def publish(
             raise TopicChanged(t, f"table {name} belongs to incarnation {table.properties.get(TOPIC_ID)}")
         head = table.current_snapshot()
         repair = False
+        changed: dict[int, int] = {}
         try:
-            vector = read_vector(store, vector_key(head))
+            vector, changed = read_vector_changes(store, vector_key(head))
         except VectorMissing as e:
             if _head_moved(table, head):
                 continue  # the head moved on, and the GC swept what only the old one reached
@@ -316,25 +319,42 @@ def publish(
             if _head_moved(table, head):
                 continue
             raise
-        todo = pending_files(read_states(t), vector)
-        if not todo and not repair:
+        states = read_states(t)
+        # Partitions whose files a compaction or trim changed since the table last
+        # followed them: their files in the table are replaced by the committed ones.
+        moved = [st for st in states if st.l1_changed_log_offset > changed.get(st.partition, -1)]
+        todo = pending_files([st for st in states if st not in moved], vector)
+        removed: list[Any] = []
+        new_changed = dict(changed)
+        if moved:
+            todo_moved, removed = _replacements(store, table, t, moved)
+            todo += todo_moved
+            for st in moved:
+                new_changed[st.partition] = st.l1_changed_log_offset
+        if not todo and not removed and not repair and new_changed == changed:
             return Published(t.name, t.id, name, head.snapshot_id if head else None, 0, 0, 0, attempt - 1, vector)
         new = dict(vector)
-        keys = [layout.l1_key(t.name, p, ref.first, ref.last, t.key_id) for p, ref in todo]
+        for st in moved:
+            new[st.partition] = st.last_reconciled_offset
+        keys = [ref.key for _p, ref in todo]
         footers = _read_footers(store, keys)
         chosen, copied, records = [], 0, 0
         for (p, ref), footer in zip(todo, footers):
-            new[p] = ref.last
+            new[p] = max(new.get(p, -1), ref.last)
             if footer.format_version == "1":
                 footer = register.read_footer(store, copy_format1(store, t, p, footer.key, ref.crc32c))
                 copied += 1
             chosen.append((uri_of(store, footer.key), footer))
             records += ref.last - ref.first + 1
-        new_key = write_vector(store, table, t, new)
+        new_key = write_vector(store, table, t, new, new_changed)
         tx = register.transaction(table)
         try:
             # (no duplicate check: it reads every manifest, and the vector already proves it)
-            register.append(tx, register.data_files(tx.table_metadata, chosen), {PUBLISHED: new_key})
+            files = register.data_files(tx.table_metadata, chosen)
+            if removed:  # one snapshot: the replaced files out, their replacement in
+                register.replace(tx, removed, files, {PUBLISHED: new_key})
+            else:
+                register.append(tx, files, {PUBLISHED: new_key})
         except OSError as gone:
             # The append reads the head's manifest list: gone means the head moved on and
             # the GC expired the one read here. Nothing was committed: from the new head.
@@ -360,9 +380,50 @@ def publish(
         crashpoints.reached("publish_after_commit")
         head = table.current_snapshot()
         return Published(
-            t.name, t.id, name, head.snapshot_id if head else None, len(chosen), records, copied, attempt, new
+            t.name,
+            t.id,
+            name,
+            head.snapshot_id if head else None,
+            len(chosen),
+            records,
+            copied,
+            attempt,
+            new,
+            files_removed=len(removed),
         )
     raise CtpError(f"publish of {name} lost {attempts} races in a row: is another publisher looping?")
+
+
+def _replacements(
+    store: ObjectStore, table: Any, t: Topic, moved: list[sm.PartitionState]
+) -> tuple[list[tuple[int, L1Ref]], list[Any]]:
+    """For partitions whose committed files a compaction or trim changed: the committed
+    files the table's head lacks (to add), and the head's data files that are no longer
+    committed (to remove), so that after the commit the table holds exactly the
+    committed files, each record once. One scan of the head's manifests."""
+    wanted = {st.partition: st.committed_l1_files() for st in moved}
+    keep: dict[int, set[str]] = {p: set() for p in wanted}
+    removed = []
+    if table.current_snapshot() is not None:
+        for task in table.scan().plan_files():
+            f = task.file
+            p = int(f.partition[0])
+            if p not in wanted:
+                continue
+            k = key_of(store, f.file_path)
+            ok = {ref.key for ref in wanted[p]} | {
+                layout.l1_copy_key(t.name, p, ref.first, ref.last, t.key_id) for ref in wanted[p]
+            }
+            if k in ok:
+                keep[p].add(k)
+            else:
+                removed.append(f)
+    adds = []
+    for p, refs in sorted(wanted.items()):
+        for ref in refs:
+            if ref.key not in keep[p] and layout.l1_copy_key(t.name, p, ref.first, ref.last, t.key_id) not in keep[p]:
+                adds.append((p, ref))
+    return adds, removed
 
 
 def _head_files_missing(store: ObjectStore, table: Any) -> bool:
@@ -393,7 +454,11 @@ def _drop_own(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConfig,
     if table.properties.get(TOPIC_ID) != t.incarnation:
         return
     log.warning("rebuilding table %s from the state log: %s", ".".join(ident), why)
-    drop_if_at(catalog, ident, table.metadata_location)
+    if drop_if_at(catalog, ident, table.metadata_location):
+        from ctp_state.table.maintenance import DROPPED
+
+        # Its directory names a table no catalog holds now (the GC's R11 check reads this).
+        store.put(vector_prefix(store, table, t)[: -len("published/")] + DROPPED, b"")
 
 
 def _head_moved(table: Any, head: Any) -> bool:

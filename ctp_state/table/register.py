@@ -305,3 +305,20 @@ def append(tx: Any, files: list[Any], snapshot_properties: dict[str, str]) -> No
     with tx.update_snapshot(snapshot_properties=snapshot_properties).fast_append() as fast:
         for f in files:
             fast.append_data_file(f)
+
+
+def replace(tx: Any, removed: list[Any], files: list[Any], snapshot_properties: dict[str, str]) -> None:
+    """Remove ``removed`` (data files of the head) and add ``files`` in one snapshot: a
+    compaction's or a trim's publish. A reader loading any snapshot sees the old files
+    or the new ones, never both, never neither."""
+    from pyiceberg.table import TableProperties
+
+    if tx.table_metadata.name_mapping() is None:
+        tx.set_properties(
+            **{TableProperties.DEFAULT_NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()}
+        )
+    with tx.update_snapshot(snapshot_properties=snapshot_properties).overwrite() as ow:
+        for f in removed:
+            ow.delete_data_file(f)
+        for f in files:
+            ow.append_data_file(f)

@@ -23,6 +23,10 @@ from ctp_state.topic_meta import Topic
 
 PUBLISHED = "ctp.published"  # snapshot summary property: the key of the published vector
 VECTOR_VERSION = 1
+#: Version 2 adds, per partition, the log offset of the newest compact or trim entry the
+#: table reflects (``changed``): a publish that finds the partition's files changed since
+#: replaces them in the table. Written only once a partition was compacted or trimmed.
+VECTOR_VERSION_CHANGES = 2
 
 
 class VectorMissing(CorruptData):
@@ -55,15 +59,26 @@ def read_vector(store: ObjectStore, key: str | None) -> dict[int, int]:
     """The vector at ``key`` (``{}`` for None: nothing published yet); raise
     :class:`VectorMissing` if it is not in the store, :class:`CorruptData` if it does
     not read."""
+    return read_vector_changes(store, key)[0]
+
+
+def read_vector_changes(store: ObjectStore, key: str | None) -> tuple[dict[int, int], dict[int, int]]:
+    """The vector at ``key`` and, per partition, the log offset of the newest compact or
+    trim entry it reflects (absent: none)."""
     if key is None:
-        return {}
+        return {}, {}
     try:
         body = codec.unseal(store.get(key), key, "published vector")
     except ObjectNotFound:
         raise VectorMissing(key) from None
-    if body.get("v") != VECTOR_VERSION or not isinstance(body.get("through"), list):
+    v = body.get("v")
+    changes = body.get("changed", []) if v == VECTOR_VERSION_CHANGES else []
+    if v not in (VECTOR_VERSION, VECTOR_VERSION_CHANGES) or not isinstance(body.get("through"), list):
         raise CorruptData(key, "not a published vector this ctp reads")
-    return {int(p): int(o) for p, o in body["through"]}
+    try:
+        return {int(p): int(o) for p, o in body["through"]}, {int(p): int(o) for p, o in changes}
+    except (TypeError, ValueError):
+        raise CorruptData(key, "not a published vector this ctp reads") from None
 
 
 def vector_prefix(store: ObjectStore, table: Any, t: Topic) -> str:
@@ -80,22 +95,27 @@ def vector_prefix(store: ObjectStore, table: Any, t: Topic) -> str:
     )
 
 
-def write_vector(store: ObjectStore, table: Any, t: Topic, vector: dict[int, int]) -> str:
+def write_vector(
+    store: ObjectStore, table: Any, t: Topic, vector: dict[int, int], changed: dict[int, int] | None = None
+) -> str:
     """A new sealed vector, in the table's :func:`vector_prefix`."""
     key = f"{vector_prefix(store, table, t)}{uuid.uuid4().hex}.json"
-    body = {"v": VECTOR_VERSION, "topic": t.name, "topic_id": t.id, "through": sorted(vector.items())}
+    body: dict[str, Any] = {"v": VECTOR_VERSION, "topic": t.name, "topic_id": t.id, "through": sorted(vector.items())}
+    if changed:
+        body["v"] = VECTOR_VERSION_CHANGES
+        body["changed"] = sorted(changed.items())
     store.put_if_absent(key, codec.seal(body))
     return key
 
 
 def vector_of_files(files: Iterable[TableFile], where: str) -> dict[int, int]:
     """The vector a snapshot's data files account for: per partition, the last offset of
-    files that tile the partition from offset 0, each once. Files that leave a gap or
+    files that tile the partition from its first file on, each once. Files that leave a gap or
     overlap are refused (:class:`CorruptData` naming the file and ``where``, the table):
     such a table cannot say what it holds, and nothing is built on it. Pure."""
     out: dict[int, int] = {}
     for f in sorted(files, key=lambda f: (f.partition, f.first_offset)):
-        through = out.get(f.partition, -1)
+        through = out.get(f.partition, f.first_offset - 1)  # (a trimmed partition starts later)
         if f.first_offset != through + 1 or f.last_offset < f.first_offset:
             raise CorruptData(
                 f.path,

@@ -91,3 +91,23 @@ def test_the_table_benchmark_publishes_every_record_and_every_reader_agrees():
     (wide,) = out["partitions"]
     assert [wide[r]["files_added"] for r in ("first", "second", "one_percent")] == [40, 40, 1]
     assert wide["one_percent"]["table_metadata_bytes"] > wide["first"]["table_metadata_bytes"] > 0
+
+
+@pytest.mark.slow
+def test_the_compaction_benchmark_leaves_one_file_per_partition_and_every_reader_agrees():
+    """Tiny: what it counts holds -- every small file replaced, the table's head down to
+    one file a partition, the store down to the committed files after the GC, every
+    reader returning every record once after expiry."""
+    out = _bench(
+        "benchmarks/bench_compaction.py",
+        *("--partitions", "3", "--rounds", "10", "--per", "4", "--throughput-mib", "2", "--gc-files", "300"),
+        *("--repeat", "1"),
+        timeout=600,
+    )
+    life = out["lifecycle"]
+    assert life["table_files_per_partition_before"] == 10 and life["table_files_per_partition_after"] == 1
+    assert life["files_replaced"] == 30 == life["publish_compaction_files_removed"] == life["gc_retired_deleted"]
+    assert life["scan_results_agree"] and life["ratio_l1_bytes_to_compacted"] == 1.0
+    assert all(life["read_exactly_once_after_expiry"].values()), life
+    assert out["throughput"]["files_replaced"] == 64 and out["throughput"]["ratio_compact_to_reconcile"] > 0
+    assert out["gc"]["retired_deleted"] == out["gc"]["files_replaced"] == 300

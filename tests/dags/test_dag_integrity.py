@@ -19,7 +19,7 @@ DEPRECATIONS = (
     "airflow.exceptions.AirflowProviderDeprecationWarning",
 )
 pytestmark = [pytest.mark.filterwarnings(f"error::{w}") for w in DEPRECATIONS]
-EXPECTED = {"ctp_epoch_advance", "ctp_reconcile", "ctp_gc", "ctp_topic_delete"}
+EXPECTED = {"ctp_epoch_advance", "ctp_reconcile", "ctp_gc", "ctp_topic_delete", "ctp_l1_lifecycle"}
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +83,7 @@ def test_the_gc_gate_does_not_retry_and_the_report_always_runs(dagbag):
         "max_deletes",
         "grace_seconds",
         "l1_grace_seconds",
+        "l1_reader_grace_seconds",
         "topic_removal_grace_seconds",
         "table_keep_snapshots",
         "table_snapshot_max_age_hours",
@@ -103,7 +104,20 @@ def test_reconcile_submits_the_spark_app_through_spark_default(dagbag):
     assert publish.upstream_task_ids == {"spark_reconcile"} and [a.uri for a in publish.outlets] == ["ctp://tables/"]
 
 
-@pytest.mark.parametrize(("dag_id", "cls_name"), [("ctp_gc", "GcSettings"), ("ctp_reconcile", "ReconcileSettings")])
+def test_the_l1_lifecycle_trims_then_compacts_in_spark_then_publishes(dagbag):
+    dag = dagbag.dags["ctp_l1_lifecycle"]
+    retention, spark, publish = (dag.get_task(t) for t in ("retention", "spark_compact", "publish"))
+    assert retention.upstream_task_ids == set() and retention.retries == 2
+    assert spark.upstream_task_ids == {"retention"} and publish.upstream_task_ids == {"spark_compact"}
+    assert spark.application.endswith("spark_apps/compact.py") and os.path.exists(spark.application)
+    assert [a.uri for a in publish.outlets] == ["ctp://tables/"]
+    assert set(dag.params.keys()) == {"topics", "max_small_files", "target_file_mb"}
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "cls_name"),
+    [("ctp_gc", "GcSettings"), ("ctp_reconcile", "ReconcileSettings"), ("ctp_l1_lifecycle", "CompactSettings")],
+)
 def test_the_trigger_forms_defaults_are_the_settings_defaults(dagbag, dag_id, cls_name):
     """A Param generated from a settings class keeps its default, limits and help."""
     import ctp_state.settings as s
@@ -120,7 +134,8 @@ def test_the_trigger_forms_defaults_are_the_settings_defaults(dagbag, dag_id, cl
 
 
 @pytest.mark.parametrize(
-    "name", ["ctp_common.py", "ctp_epoch.py", "ctp_reconcile.py", "ctp_gc.py", "ctp_topic_delete.py"]
+    "name",
+    ["ctp_common.py", "ctp_epoch.py", "ctp_reconcile.py", "ctp_gc.py", "ctp_topic_delete.py", "ctp_l1_lifecycle.py"],
 )
 def test_every_import_in_the_dag_files_is_current(name):
     """Task bodies import lazily, so parsing the DAGs does not run their imports: run

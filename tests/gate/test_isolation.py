@@ -269,7 +269,14 @@ def test_gate_runs_are_named_by_the_gc_run_and_keep_their_own_pages(store, tmp_p
             entry = json.load(f)
         assert (entry["gc_run_id"], entry["seq"], entry["m"]) == (rec.run_id, rec.seq, rec.m)
         pages = entry["pages"]
-        assert set(pages) == {"gc_history", "partition_state", "l1_files", "table_files", "table_partitions"}
+        assert set(pages) == {
+            "gc_history",
+            "partition_state",
+            "l1_files",
+            "table_files",
+            "table_partitions",
+            "l1_dropped",
+        }
         for suite, rel in pages.items():
             assert rel.startswith(f"validations/{suite}/{name}/")
             assert os.path.isfile(os.path.join(site, rel))

@@ -31,7 +31,7 @@ def test_dry_run_gc_and_validate_from_the_command_line(subprocess_env, store, tm
     assert "report: " + str(tmp_path / "report" / "index.html") in out
     assert sum(1 for _ in store.list(layout.L0_ROOT)) == n
 
-    assert "passed: 27/27 expectations" in ok(env, "validate")
+    assert "passed: 30/30 expectations" in ok(env, "validate")
     rec = json.loads(ok(env, "gc", "--json"))
     assert rec["status"] == "ok" and rec["deleted"] == n and rec["m"] >= 4
     assert sum(1 for _ in store.list(layout.L0_ROOT)) == 0

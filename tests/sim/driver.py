@@ -34,11 +34,13 @@ from typing import Any
 from ctp_state import layout
 from ctp_state.errors import CtpError
 from ctp_state.gc.history import GcHistory
+from ctp_state.incarnations import set_retention
 from ctp_state.storage import LocalStore, ObjectStore, open_store
 from ctp_state.topics import create_topic
 from tests.sim.model import (
     ACTORS,
     PRODUCERS,
+    RETENTION_BYTES,
     TOPIC,
     Ledger,
     Params,
@@ -362,7 +364,11 @@ class Sim:
                 self._check_mid_run_read(step, rows, inc if inc == self._incarnation() else None, "ctp read")
             else:
                 rep.errors[step.op] += 1
-        elif step.op in ("delete_cli", "create_cli", "publish_cli") and rc not in (0, None) and not died:
+        elif (
+            step.op in ("delete_cli", "create_cli", "publish_cli", "compact_cli", "retention_cli", "delete_records_cli")
+            and rc not in (0, None)
+            and not died
+        ):
             rep.errors[step.op] += 1
         elif step.op == "gc" and reply and "gate_failed" in reply:
             rep.violations.append(
@@ -377,8 +383,18 @@ class Sim:
         acked = self._acked(step.n, inc)
         if inc is None:
             return
+        try:  # the start offset now: at or after where the read began (it only grows)
+            start = plog(self.store, TOPIC, step.args["partition"]).read_state().start_offset
+        except CtpError:
+            return  # (the topic was deleted meanwhile: the read is of no one incarnation now)
         for v in check_read(
-            self.ledger, step.args["partition"], rows, final=False, acknowledged_before=acked, incarnation=inc
+            self.ledger,
+            step.args["partition"],
+            rows,
+            final=False,
+            acknowledged_before=acked,
+            incarnation=inc,
+            start=start,
         ):
             self.report.violations.append(f"step {step.n} ({what}): {v}")
 
@@ -425,9 +441,26 @@ class Sim:
         if step.op == "delete_cli":
             return ctp + ["topic", "delete", TOPIC, "--json"], None
         if step.op == "create_cli":
-            return ctp + ["topic", "create", TOPIC, "--partitions", str(self.partitions), "--exist-ok", "--json"], None
+            return ctp + [
+                "topic",
+                "create",
+                TOPIC,
+                "--partitions",
+                str(self.partitions),
+                "--exist-ok",
+                "--retention-bytes",
+                str(RETENTION_BYTES),
+                "--json",
+            ], None
         if step.op == "publish_cli":
             return ctp + ["table", "publish", "--json"], None
+        if step.op == "compact_cli":  # (short leases: a killed run's claim lapses within the quiesce)
+            return ctp + ["compact", "--max-small-files", "1", "--target-file-mb", "1", "--lease-seconds", "5"], None
+        if step.op == "retention_cli":
+            return ctp + ["retention", "--lease-seconds", "5", "--json"], None
+        if step.op == "delete_records_cli":
+            a = step.args
+            return ctp + ["delete-records", TOPIC, str(a["partition"]), str(a["offset"]), "--lease-seconds", "5"], None
         if step.op == "reconcile_spark":
             exe = shutil.which("spark-submit") or os.path.join(os.path.dirname(sys.executable), "spark-submit")
             return [
@@ -502,6 +535,7 @@ class Sim:
         started = time.monotonic()
         self.partitions = max(max((p for s in steps for p, _ in s.args.get("parts", [])), default=0) + 1, 3)
         create_topic(self.store, TOPIC, self.partitions, exist_ok=True)
+        set_retention(self.store, TOPIC, None, RETENTION_BYTES)
         try:
             for step in steps:
                 self.run_step(step)
@@ -565,6 +599,8 @@ class Sim:
             self._do("advancer", "advance")
             # claim_wait_s: a claim a killed reconciler left is waited out (leases are short here)
             self._do("reconciler0", "reconcile", lease_ms=60_000, target_file_bytes=1 << 20, claim_wait_s=15.0)
+            # (the table follows compactions and trims, so that the GC may delete what they replaced)
+            self._do("cli", "publish_cli")
             self._do("gc", "gc", l1_grace_s=0.0, max_deletes=None, full=True)
             if (
                 not self._pending()
@@ -653,7 +689,8 @@ class Sim:
                 self.violation(f"p{p}: read fails after quiesce: {type(e).__name__}: {e}")
                 continue
             rows = _table_rows(table)
-            for v in check_read(self.ledger, p, rows, final=True, incarnation=self._incarnation()):
+            start = plog(self.store, TOPIC, p).read_state().start_offset
+            for v in check_read(self.ledger, p, rows, final=True, incarnation=self._incarnation(), start=start):
                 self.violation(f"final: {v}")
         history = list(GcHistory(self.store).records())
         for v in check_history_monotonic(history):
@@ -714,9 +751,7 @@ class Sim:
             return
         from ctp_state.table.catalog import CatalogConfig, open_catalog
         from ctp_state.table.files import data_files
-        from ctp_state.topics import get_topic
 
-        t = get_topic(self.store, TOPIC)
         config = CatalogConfig(uri=self.env["CTP_CATALOG_URI"])
         table = open_catalog(self.store, config, home=self.workdir).load_table(("ctp", TOPIC))
         paths = [f.path for f in data_files(table)]
@@ -726,7 +761,7 @@ class Sim:
         for p in range(self._partitions()):
             st = plog(self.store, TOPIC, p).read_state()
             for ref in st.committed_l1_files():
-                want.add(f"{self.store.url.rstrip('/')}/{layout.l1_key(TOPIC, p, ref.first, ref.last, t.key_id)}")
+                want.add(f"{self.store.url.rstrip('/')}/{ref.key}")
                 records += ref.last - ref.first + 1
         got = {p for p in paths if "/copies/" not in p}
         if got != want:

@@ -29,7 +29,12 @@ CRASH_POINTS = {
     "delete_cli": ("delete_after_tombstone", "delete_after_seal"),
     "produce_cli": ("produce_after_flush",),  # the re-run then resumes from the progress record
     "publish_cli": ("publish_before_commit", "table_commit_before_update", "publish_after_commit"),  # ctp table publish
+    "compact_cli": ("compact_after_claim", "compact_after_write", "compact_before_commit", "compact_after_commit"),
+    "retention_cli": ("trim_before_commit",),  # ctp retention (the topic keeps about RETENTION_BYTES a partition)
 }
+#: The sim topic's retention.bytes (``ctp topic create --retention-bytes``): small enough
+#: that ``ctp retention`` steps drop files.
+RETENTION_BYTES = 12_000
 #: Crash points only a GC that removes a deleted incarnation reaches: drawn at random
 #: (a GC step may have nothing to remove, so they cannot be promised).
 REMOVAL_CRASH_POINTS = (
@@ -81,7 +86,7 @@ class Step:
     n: int
     actor: str
     op: str  # produce | resend | produce_cli | rerun_cli | advance | reconcile | gc | read | delete_cli | create_cli
-    #          | publish_cli
+    #          | publish_cli | compact_cli | retention_cli | delete_records_cli
     args: dict[str, Any] = field(default_factory=dict)
     kill_after_ms: int | None = None  # SIGKILL the actor's process group this long after the start
     crash: str | None = None  # CTP_FAULT for this step ("point" or "point:n")
@@ -155,6 +160,9 @@ def schedule(seed: int, p: Params) -> list[Step]:
         "delete_cli": 1.5,  # ctp topic delete (the GC removes the incarnation later)
         "create_cli": 2.5,  # ctp topic create --exist-ok: a new incarnation after a delete
         "publish_cli": 3,  # ctp table publish: the topic's Iceberg table follows the commits
+        "compact_cli": 6,  # ctp compact: a partition's small files merged (R11)
+        "retention_cli": 1.5,  # ctp retention: the start offset moves (retention.bytes)
+        "delete_records_cli": 1,  # ctp delete-records: an operator moves one partition's start offset
     }
     ops, w = zip(*weights.items())
     for n in range(p.steps):
@@ -229,8 +237,11 @@ def schedule(seed: int, p: Params) -> list[Step]:
         elif op == "read_cli":
             step.actor, step.op = "cli_reader", "read_cli"
             step.args = {"partition": rng.randrange(p.partitions)}
-        elif op in ("delete_cli", "create_cli", "publish_cli"):
+        elif op in ("delete_cli", "create_cli", "publish_cli", "compact_cli", "retention_cli"):
             step.actor = "cli"
+        elif op == "delete_records_cli":
+            step.actor = "cli"
+            step.args = {"partition": rng.randrange(p.partitions), "offset": rng.randint(1, 40)}
         if n in paused_produce_at:
             step.actor, step.pause, step.gap_ms = "cli_paused", str(PAUSES["produce_cli"]), 0
             step.args["batch_records"] = 1  # a flush per record: most of the run is after the pause
@@ -249,7 +260,7 @@ def schedule(seed: int, p: Params) -> list[Step]:
         # (at random in the first half; from then on, or for the rarer steps with several
         # points, at the first chance, so that every run holds every point; random ones
         # follow below all the same)
-        first_chance = 2 * n > p.steps or group in ("produce_cli", "reconcile", "publish_cli")
+        first_chance = 2 * n > p.steps or group in ("produce_cli", "reconcile", "publish_cli", "compact_cli")
         if due is not None and (rng.random() < 0.5 or n in delete_at or first_chance):
             step.crash = _crash_spec(crash_due.pop(due)[1], rng)
         elif group in CRASH_POINTS and rng.random() < 0.08:
@@ -284,6 +295,11 @@ def _crash_spec(point: str, rng: random.Random) -> str:
         "publish_before_commit",
         "table_commit_before_update",
         "publish_after_commit",
+        "compact_after_claim",
+        "compact_after_write",
+        "compact_before_commit",
+        "compact_after_commit",
+        "trim_before_commit",
     ):
         return point  # (a produce with --batch-records 5000 flushes once here)
     return f"{point}:0" if point == "gc_after_delete_batch" else f"{point}:{rng.randint(0, 1)}"
@@ -420,17 +436,23 @@ def check_read(
     final: bool,
     acknowledged_before: set[tuple[int, int, int]] | None = None,
     incarnation: str | None = None,
+    start: int = 0,
 ) -> list[str]:
     """Violations in one partition's records of topic incarnation ``incarnation``, read
-    from offset 0. ``final``: after quiesce, when every accepted record must be there.
-    Mid-run, ``acknowledged_before`` lists the (batch, partition, j) acknowledged in this
-    incarnation with an offset before the read started."""
+    from its start offset ``start`` (retention and DeleteRecords move it; records before
+    it are gone by design, I7). ``final``: after quiesce, when every accepted record at or
+    after the start must be there. Mid-run, ``acknowledged_before`` lists the (batch,
+    partition, j) acknowledged in this incarnation with an offset before the read
+    started, and ``start`` is the start offset read after it (start offsets only grow:
+    the read began at or before it)."""
     out: list[str] = []
     offsets = [r[0] for r in rows]
-    if offsets != list(range(len(rows))):
-        first_bad = next(i for i, o in enumerate(offsets) if o != i)
+    first = offsets[0] if offsets and not final else start
+    if offsets != list(range(first, first + len(rows))) or (not final and first > start):
+        first_bad = next((i for i, o in enumerate(offsets) if o != first + i), 0)
         out.append(
-            f"p{partition}: offsets are not contiguous from 0 (position {first_bad} holds offset {offsets[first_bad]})"
+            f"p{partition}: offsets are not contiguous from the start offset {first} (position {first_bad} holds "
+            f"offset {offsets[first_bad] if offsets else None})"
         )
     seen: Counter[str] = Counter()
     at: dict[tuple[int, int], int] = {}
@@ -452,6 +474,15 @@ def check_read(
     for rid, n in seen.items():
         if n > 1:
             out.append(f"p{partition}: record {rid} is readable {n} times")
+    # Accepted records missing before the start offset are gone by design; one whose
+    # offset nobody was told may be among them, up to the start offset's count of records.
+    below = start - sum(
+        1
+        for c in ledger.chunks.values()
+        if c.partition == partition
+        for j in range(len(c.records))
+        if c.status(j, incarnation) == "accepted" and c.offsets.get((incarnation, j), start) < start
+    )
     for c in ledger.chunks.values():
         if c.partition != partition:
             continue
@@ -459,7 +490,11 @@ def check_read(
             rid = record_id(r.value)
             st = c.status(j, incarnation)
             at_off = c.offsets.get((incarnation, j))
-            if final and st == "accepted" and not seen[rid]:
+            trimmed = at_off is not None and at_off < start
+            if final and st == "accepted" and not seen[rid] and not trimmed:
+                if at_off is None and below > 0:
+                    below -= 1  # (its offset unknown: counted among the records before the start)
+                    continue
                 out.append(
                     f"p{partition}: accepted record {rid} is not readable"
                     + (f" (acknowledged at offset {at_off})" if at_off is not None else "")
@@ -470,7 +505,8 @@ def check_read(
                 acknowledged_before
                 and (c.batch, partition, j) in acknowledged_before
                 and not seen[rid]
-                and c.offsets.get((incarnation, j), len(rows)) < len(rows)
+                and not trimmed
+                and c.offsets.get((incarnation, j), first + len(rows)) < first + len(rows)
             ):
                 out.append(
                     f"p{partition}: record {rid} acknowledged at offset {at_off} before the read is missing from it"

@@ -181,6 +181,7 @@ class Worker:
                 gate=GxGate(self.report_dir, store_url=self.store.url),
                 config=GcSettings(
                     l1_grace_s=l1_grace_s,
+                    l1_reader_grace_s=l1_grace_s,  # (replaced L1 files: the same short grace here)
                     max_deletes=max_deletes,
                     list_threads=4,
                     read_threads=8,

@@ -13,7 +13,7 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import STATE_SCHEMA, history_table
 from ctp_state.gc.history import GcHistory
 from ctp_state.gc.l1_sweep import L1_CHECK_SCHEMA
-from ctp_state.gc.tables import TABLE_FILES_SCHEMA, TABLE_PARTITIONS_SCHEMA, HistoryCandidate
+from ctp_state.gc.tables import L1_DROPPED_SCHEMA, TABLE_FILES_SCHEMA, TABLE_PARTITIONS_SCHEMA, HistoryCandidate
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
@@ -140,4 +140,5 @@ def gate_frames(*, duplicated_offset: bool = False) -> dict[str, pa.Table]:
         "l1_files": pa.Table.from_pylist(files, schema=L1_CHECK_SCHEMA),
         "table_files": TABLE_FILES_SCHEMA.empty_table(),
         "table_partitions": TABLE_PARTITIONS_SCHEMA.empty_table(),
+        "l1_dropped": L1_DROPPED_SCHEMA.empty_table(),
     }

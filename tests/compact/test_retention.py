@@ -1,0 +1,220 @@
+"""Retention and DeleteRecords (R11, I7): the start offset moves forward through the
+state log with Kafka's meaning; readers stop at it; the table and the store follow; the
+GC's gate lets a dropped file go only if something allows it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ctp_state import layout
+from ctp_state.entries import AccessMode, Trim, TrimReason
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import ConfigError, GateFailed, OffsetBeforeStart
+from ctp_state.gc import run_gc
+from ctp_state.incarnations import read_name, set_retention, tombstone
+from ctp_state.l0 import Record
+from ctp_state.partition_state import L1Ref
+from ctp_state.producer import Producer
+from ctp_state.read import read_partition
+from ctp_state.reconcile import run_reconcile
+from ctp_state.retention import delete_records, plan_trim, run_retention
+from ctp_state.settings import GcSettings
+from ctp_state.table.maintenance import CatalogTables
+from ctp_state.topics import create_topic
+from tests.support import ctp, plog
+from tests.support.table import READERS, committed, do_publish, sortable, table_of
+
+NOW = GcSettings(l1_grace_s=0, l1_reader_grace_s=0)
+HOUR = 3_600_000
+T0 = int(time.time() * 1000) - 10 * HOUR  # the records' clock: ten hours ago
+
+
+def timed_rounds(store, stamps, partitions=2, per=5, topic="t"):
+    """One reconciled round (one L1 file per partition) per timestamp in ``stamps``."""
+    create_topic(store, topic, partitions, exist_ok=True)
+    sent = {p: [] for p in range(partitions)}
+    for r, ts in enumerate(stamps):
+        ClusterEpoch(store).advance()
+        with Producer(store, epoch_ttl_s=0) as prod:
+            chunks = [
+                ((topic, p), [Record(f"r{r}-{p}-{i}".encode(), None, ts + i) for i in range(per)])
+                for p in range(partitions)
+            ]
+            for v, (_, recs) in zip(prod.write(chunks), chunks):
+                assert v.accepted, v.error
+                sent[v.partition] += recs
+        run_reconcile(store, topics=[topic])
+    return sent
+
+
+def offsets(store, topic="t", p=0, **kw):
+    return [r["offset"] for r in read_partition(store, topic, p, **kw).to_pylist()]
+
+
+# --- the plan, pure ----------------------------------------------------------------------
+
+
+def refs(n):
+    return [L1Ref(f"k{i}", 10 * i, 10 * i + 9, None) for i in range(n)]
+
+
+def test_time_retention_drops_the_oldest_files_whose_newest_record_is_older_than_it():
+    newest = {"k0": 100, "k1": 200, "k2": 900, "k3": 300}.get
+    got = plan_trim(refs(4), {}, lambda f: newest(f.key), now_ms=1000, retention_ms=750, retention_bytes=None)
+    assert got == (20, TrimReason.RETENTION_MS)  # k2 stays, and so does k3 behind it (oldest first)
+    assert plan_trim(refs(4), {}, lambda f: None, now_ms=1000, retention_ms=1, retention_bytes=None) is None
+
+
+def test_size_retention_keeps_at_least_the_bound_and_at_most_one_file_more():
+    sizes = {f"k{i}": 100 for i in range(5)}
+    got = plan_trim(refs(5), sizes, lambda f: None, now_ms=0, retention_ms=None, retention_bytes=250)
+    assert got == (20, TrimReason.RETENTION_BYTES)  # 300 bytes stay: >= 250, < 250 + one file
+    assert plan_trim(refs(5), sizes, lambda f: None, now_ms=0, retention_ms=None, retention_bytes=500) is None
+
+
+# --- the topic's retention, in its history ------------------------------------------------
+
+
+def test_retention_is_a_record_of_its_own_and_a_new_incarnation_starts_without_it(store):
+    create_topic(store, "t", 1)
+    _, changed = set_retention(store, "t", HOUR, None)
+    assert changed and read_name(store, "t").retention_ms == HOUR
+    assert set_retention(store, "t", HOUR, None)[1] is False  # unchanged: nothing written
+    set_retention(store, "t", None, 1000)
+    st = read_name(store, "t")
+    assert (st.retention_ms, st.retention_bytes, st.next_seq) == (None, 1000, 2)
+    tombstone(store, "t")
+    create_topic(store, "t", 1)
+    assert (read_name(store, "t").retention_ms, read_name(store, "t").retention_bytes) == (None, None)
+    with pytest.raises(ConfigError, match="positive integer"):
+        set_retention(store, "t", 0, None)
+
+
+# --- applying it -------------------------------------------------------------------------
+
+
+def test_time_retention_drops_whole_old_files_and_keeps_every_younger_record(store):
+    sent = timed_rounds(store, [T0, T0 + HOUR, T0 + 2 * HOUR, T0 + 3 * HOUR])
+    set_retention(store, "t", 90 * 60_000, None)  # 1.5 h
+    summary = run_retention(store, now_ms=T0 + 3 * HOUR + 1000)
+    assert summary.count("trimmed") == 2, summary.as_dict()
+    for p in sent:
+        st = plog(store, "t", p).read_state()
+        assert st.start_offset == 10 and len(st.l1_ends) == 2  # the two oldest files went, whole
+        assert offsets(store, "t", p) == list(range(10, 20))
+        assert [r["value"] for r in read_partition(store, "t", p).to_pylist()] == [r.value for r in sent[p][10:]]
+    with pytest.raises(OffsetBeforeStart, match="start offset 10"):
+        read_partition(store, "t", 0, 3)
+    assert offsets(store, "t", 0, from_offset=3, from_start=True) == list(range(10, 20))
+    assert run_retention(store, now_ms=T0 + 3 * HOUR + 2000).count("trimmed") == 0  # nothing more yet
+
+
+def test_size_retention_keeps_a_partition_within_its_bound_plus_one_file(store):
+    timed_rounds(store, [T0 + i for i in range(6)], partitions=1)
+    sizes = {o.key: o.size for o in store.list(layout.L1_ROOT)}
+    one = max(sizes.values())
+    set_retention(store, "t", None, 2 * one)
+    run_retention(store)
+    st = plog(store, "t", 0).read_state()
+    kept = sum(sizes[f.key] for f in st.committed_l1_files())
+    assert 2 * one <= kept < 3 * one + one  # >= the bound, < the bound plus one file
+    assert st.start_offset == st.l1_first > 0
+
+
+def test_delete_records_moves_the_start_inside_a_file_and_never_past_l1(store):
+    timed_rounds(store, [T0, T0 + 1], partitions=1)
+    r = delete_records(store, "t", 0, 7)
+    assert (r.start_before, r.start_after, r.files_dropped) == (0, 7, 1)
+    assert offsets(store) == [7, 8, 9]  # the file of 5-9 stays; 5 and 6 are not read
+    assert delete_records(store, "t", 0, 3).status == "kept"  # backwards: nothing
+    with pytest.raises(ConfigError, match="past what is in L1"):
+        delete_records(store, "t", 0, 11)
+
+
+def test_the_cli_sets_retention_applies_it_and_deletes_records(store, subprocess_env):
+    env = subprocess_env
+    r = ctp(env, "topic", "create", "t", "-p", "1", "--retention-bytes", "1")
+    assert r.returncode == 0, r.stderr
+    assert read_name(store, "t").retention_bytes == 1
+    r = ctp(env, "topic", "alter", "t", "--retention-ms", "60000", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["retention_bytes"] == 1, r.stderr
+    r = ctp(env, "topic", "alter", "t", "--retention-bytes", "none", "--retention-ms", "zero")
+    assert r.returncode == 2 and "--retention-ms" in r.stderr
+    timed_rounds(store, [T0, T0 + 1, T0 + 2], partitions=1)
+    r = ctp(env, "retention", "--dry-run", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["partitions"][0]["status"] == "planned", r.stdout
+    r = ctp(env, "retention")  # every record is hours older than retention.ms: every file goes
+    assert r.returncode == 0, r.stderr
+    assert plog(store, "t", 0).read_state().start_offset == 15
+    r = ctp(env, "read", "t", "0", "--from", "2")
+    assert r.returncode == 1 and "start offset 15" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = ctp(env, "delete-records", "t", "0", "99")
+    assert r.returncode == 1 and "reconcile first" in r.stderr
+
+
+# --- the GC's gate ---------------------------------------------------------------------
+
+
+def test_the_gc_deletes_what_retention_dropped_and_the_table_follows(store, catalogs, gate, tmp_path):
+    config = catalogs
+    timed_rounds(store, [T0, T0 + HOUR, T0 + 2 * HOUR])
+    do_publish(store, config, tmp_path)
+    set_retention(store, "t", HOUR // 2, None)
+    run_retention(store, now_ms=T0 + 2 * HOUR + 10)
+    dropped = {f"{k}" for k in (o.key for o in store.list(layout.L1_ROOT))} - {
+        f.key for p in range(2) for f in plog(store, "t", p).read_state().committed_l1_files()
+    }
+    assert len(dropped) == 4
+    pub = do_publish(store, config, tmp_path)
+    assert pub.files_removed == 4 and pub.files_added == 0
+    table = table_of(store, config, tmp_path)
+    for name, read in READERS.items():
+        assert sortable(read(table, store)).equals(committed(store, 2)), name
+    hook = CatalogTables(store, config, home=str(tmp_path), keep=1, max_age_s=0)
+    run_gc(store, gate=gate, config=NOW, tables=hook)  # expires the snapshots naming them
+    rec = run_gc(store, gate=gate, config=NOW, tables=hook)
+    assert rec.status == "ok" and rec.l1_retired_deleted == 4, rec.gate.failures
+    assert not dropped & {o.key for o in store.list(layout.L1_ROOT)}
+
+
+def test_a_trim_that_nothing_allows_stops_the_gate_and_its_files_are_kept(store, gate):
+    """A trim appended by a bug (reason: retention.ms, but the topic has none)."""
+    timed_rounds(store, [T0, T0 + 1], partitions=1)
+    log = plog(store, "t", 0)
+    st = log.claim(log.read_state(), "bug", AccessMode.EXCLUSIVE, lease_ms=60_000).outcome.state
+    log.append(st, lambda s: Trim(5, TrimReason.RETENTION_MS, s.writer_epoch, "bug"))
+    before = {o.key for o in store.list(layout.L1_ROOT)}
+    with pytest.raises(GateFailed, match="nothing allows"):
+        run_gc(store, gate=gate, config=NOW)
+    assert {o.key for o in store.list(layout.L1_ROOT)} == before
+    # an operator's DeleteRecords past it is what allows it
+    delete_records(store, "t", 0, 5)  # (already there: nothing changes, so still refused)
+    with pytest.raises(GateFailed):
+        run_gc(store, gate=gate, config=NOW)
+    delete_records(store, "t", 0, 6)
+    rec = run_gc(store, gate=gate, config=NOW)
+    assert rec.status == "ok" and rec.l1_retired_deleted == 1
+
+
+def test_the_gate_refuses_a_start_offset_that_went_back(store, gate):
+    """A partition's log restored from an older backup: its start offset is below what
+    the last passing GC saw."""
+    from ctp_state.gc.prepare import check, prepare
+
+    timed_rounds(store, [T0, T0 + 1], partitions=1)
+    delete_records(store, "t", 0, 5)
+    assert run_gc(store, gate=gate, config=GcSettings()).status == "ok"
+    # the restore: the trim entry and every snapshot after it gone
+    st = plog(store, "t", 0).read_state()
+    store.delete_many(
+        [layout.log_entry("t", 0, st.l1_changed_log_offset, st.topic_id)]
+        + [o.key for o in store.list(layout.snapshot("t", 0, st.topic_id).rsplit("/", 1)[0] + "/")]
+    )
+    entries = sorted(o.key for o in store.list(layout.log_prefix("t", 0, st.topic_id)))
+    store.delete_many([k for k in entries if k > layout.log_entry("t", 0, st.l1_changed_log_offset, st.topic_id)])
+    p = prepare(store, GcSettings(dry_run=True))
+    _, failures = check(p, gate)
+    assert any("start offset 0 is below the 5" in f for f in failures), failures
