@@ -206,3 +206,29 @@ def test_kill_9_at_each_compaction_crash_point_then_a_rerun_converges(store, sub
     for p in sent:
         assert len(files_of(store, "t", p)) == 1, json.loads(r.stdout)
     assert_exactly_once(store, "t", sent)
+
+
+def test_two_compactors_racing_replace_each_file_once(store):
+    """Two runs at once on the same partitions: the claims let one merge each partition;
+    the other finds the claim held or nothing left to do. No file is replaced twice."""
+    import threading
+
+    sent = many_small_files(store, rounds=5, partitions=3)
+    out = []
+    barrier = threading.Barrier(2)
+
+    def one():
+        barrier.wait()
+        out.append(run_compaction(store, config=SMALL))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    statuses = [p.status for s in out for p in s.partitions]
+    assert statuses.count("compacted") == 3 and not [s for s in statuses if s in ("error", "fenced")], statuses
+    assert sum(s.files_replaced for s in out) == 15
+    for p in sent:
+        assert len(files_of(store, "t", p)) == 1
+    assert_exactly_once(store, "t", sent)

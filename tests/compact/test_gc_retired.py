@@ -325,3 +325,45 @@ def test_a_table_rebuilt_once_does_not_keep_retired_files_forever(fstore, tmp_pa
     run_gc(store, gate=_plain(), config=NOW, tables=hook)
     rec = run_gc(store, gate=_plain(), config=NOW, tables=hook)
     assert rec.l1_retired_deleted == 3 and rec.l1_retired_kept == 0, rec
+
+
+# --- kill -9 at each point of a compaction's publish -----------------------------------
+
+
+@pytest.mark.parametrize("point", ["publish_before_commit", "table_commit_before_update", "publish_after_commit"])
+def test_a_compactions_publish_killed_at_each_point_then_a_rerun_holds_each_record_once(
+    fstore, catalogs, tmp_path, point
+):
+    import os
+    import subprocess
+
+    from tests.support import CTP, with_this_checkout
+
+    config, store = catalogs, fstore
+    if point == "table_commit_before_update" and config.uri and config.uri.startswith("http"):
+        point = "publish_before_commit"  # (a REST catalog commits in the server: no such point here)
+    create_topic(store, "t", 2)
+    for r in range(3):
+        load(store, rounds=1, partitions=2, tag=f"r{r}-")
+        do_publish(store, config, tmp_path)
+    run_compaction(store, config=SMALL)
+    env = with_this_checkout({**os.environ, **config.as_env(), "CTP_STORE": store.url, "HOME": str(tmp_path)})
+    r = subprocess.run(
+        [CTP, "table", "publish"],
+        env={**env, "CTP_FAULT": point},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+    assert r.returncode == -9, (r.returncode, r.stderr[-1500:])
+    table = table_of(store, config, tmp_path)  # killed: the old files or the new, never both
+    assert sortable(READERS["pyiceberg"](table, store)).equals(committed(store, 2))
+    r = subprocess.run([CTP, "table", "publish", "--json"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-1500:]
+    table = table_of(store, config, tmp_path)
+    for name, read in READERS.items():
+        assert sortable(read(table, store)).equals(committed(store, 2)), name
+    from ctp_state.table.files import data_files
+
+    assert sorted(store.key_of(f.path) for f in data_files(table)) == sorted(committed_keys(store))

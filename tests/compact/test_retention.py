@@ -218,3 +218,20 @@ def test_the_gate_refuses_a_start_offset_that_went_back(store, gate):
     p = prepare(store, GcSettings(dry_run=True))
     _, failures = check(p, gate)
     assert any("start offset 0 is below the 5" in f for f in failures), failures
+
+
+def test_delete_records_killed_before_its_trim_then_a_rerun_moves_the_start_once(store, subprocess_env):
+    import subprocess
+
+    from tests.support import CTP
+
+    timed_rounds(store, [T0, T0 + 1], partitions=1)
+    env = {**subprocess_env, "CTP_FAULT": "trim_before_commit"}
+    args = [CTP, "delete-records", "t", "0", "7", "--lease-seconds", "1"]
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, start_new_session=True)
+    assert r.returncode == -9, (r.returncode, r.stderr[-1500:])
+    assert plog(store, "t", 0).read_state().start_offset == 0  # nothing moved
+    time.sleep(1.2)  # (the killed run's claim lapses)
+    r = subprocess.run(args, env=subprocess_env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert offsets(store) == [7, 8, 9]
