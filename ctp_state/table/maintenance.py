@@ -254,7 +254,10 @@ class CatalogTables:
         from ctp_state.table.vector import PUBLISHED
         from ctp_state.topics import get_topic
 
-        t = get_topic(self.store, topic)
+        try:
+            t = get_topic(self.store, topic)
+        except CtpError:  # deleted since the run read its states: the next run decides
+            return None
         if t.id != topic_id:
             return None  # re-created since the run read its states: the next run decides
         space = f"{layout.TABLES_ROOT}{layout.space(t.name, t.key_id)}/"

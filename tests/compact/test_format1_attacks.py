@@ -10,7 +10,7 @@ from ctp_state.settings import CompactSettings, GcSettings
 from ctp_state.table.catalog import CatalogConfig
 from ctp_state.table.maintenance import CatalogTables
 from ctp_state.topics import create_topic
-from tests.review.test_table_walk import snapshot_files
+from tests.compact.test_table_walk_attacks import snapshot_files
 from tests.support import format1_encoder
 from tests.support.table import committed, do_publish, load, read_pyiceberg, sortable, table_of
 

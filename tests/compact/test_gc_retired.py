@@ -95,8 +95,8 @@ def hook(store, config, tmp_path, keep=100):
     return CatalogTables(store, config, home=str(tmp_path), keep=keep, max_age_s=0 if keep == 1 else 1e9)
 
 
-def test_retired_files_a_table_snapshot_names_stay_until_it_is_expired(store, catalogs, gate, tmp_path):
-    config = catalogs
+def test_retired_files_a_table_snapshot_names_stay_until_it_is_expired(fstore, catalogs, gate, tmp_path):
+    config, store = catalogs, fstore  # (every catalog; the store's side is the walks' and the kills')
     create_topic(store, "t", 2)
     for r in range(4):
         load(store, rounds=1, partitions=2, tag=f"r{r}-")
@@ -128,8 +128,8 @@ def test_retired_files_a_table_snapshot_names_stay_until_it_is_expired(store, ca
         assert sortable(read(table, store)).equals(committed(store, 2)), name
 
 
-def test_without_the_table_hook_a_topic_with_a_table_keeps_its_retired_files(store, sql_catalogs, gate, tmp_path):
-    config = sql_catalogs
+def test_without_the_table_hook_a_topic_with_a_table_keeps_its_retired_files(fstore, sql_catalogs, gate, tmp_path):
+    config, store = sql_catalogs, fstore
     create_topic(store, "t", 2)
     for r in range(3):
         load(store, rounds=1, partitions=2, tag=f"r{r}-")
@@ -139,11 +139,13 @@ def test_without_the_table_hook_a_topic_with_a_table_keeps_its_retired_files(sto
     assert rec.l1_retired_deleted == 0 and rec.l1_retired_kept == 6
 
 
-def test_a_publish_that_read_the_states_before_a_compaction_cannot_commit_after_the_gc(store, catalogs, gate, tmp_path):
+def test_a_publish_that_read_the_states_before_a_compaction_cannot_commit_after_the_gc(
+    fstore, catalogs, gate, tmp_path
+):
     """The race the fence is for: a publish reads the head and the states (the small
     files committed), pauses before its commit; a compaction and a GC run (past every
     grace). Without the fence its commit would land naming files the GC deleted."""
-    config = catalogs
+    config, store = catalogs, fstore
     create_topic(store, "t", 2)
     for r in range(3):
         load(store, rounds=1, partitions=2, tag=f"r{r}-")
@@ -174,8 +176,8 @@ def test_a_publish_that_read_the_states_before_a_compaction_cannot_commit_after_
         assert sortable(read(table, store)).equals(committed(store, 2)), name
 
 
-def test_new_records_after_a_compaction_and_its_gc_publish_and_read_once(store, catalogs, gate, tmp_path):
-    config = catalogs
+def test_new_records_after_a_compaction_and_its_gc_publish_and_read_once(fstore, catalogs, gate, tmp_path):
+    config, store = catalogs, fstore
     create_topic(store, "t", 2)
     for r in range(3):
         load(store, rounds=1, partitions=2, tag=f"r{r}-")
@@ -330,7 +332,7 @@ def test_a_table_rebuilt_once_does_not_keep_retired_files_forever(fstore, tmp_pa
 # --- kill -9 at each point of a compaction's publish -----------------------------------
 
 
-@pytest.mark.parametrize("point", ["publish_before_commit", "table_commit_before_update", "publish_after_commit"])
+@pytest.mark.parametrize("point", ["publish_before_commit", "publish_after_commit"])
 def test_a_compactions_publish_killed_at_each_point_then_a_rerun_holds_each_record_once(
     fstore, catalogs, tmp_path, point
 ):
@@ -340,8 +342,6 @@ def test_a_compactions_publish_killed_at_each_point_then_a_rerun_holds_each_reco
     from tests.support import CTP, with_this_checkout
 
     config, store = catalogs, fstore
-    if point == "table_commit_before_update" and config.uri and config.uri.startswith("http"):
-        point = "publish_before_commit"  # (a REST catalog commits in the server: no such point here)
     create_topic(store, "t", 2)
     for r in range(3):
         load(store, rounds=1, partitions=2, tag=f"r{r}-")

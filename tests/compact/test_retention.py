@@ -158,8 +158,8 @@ def test_the_cli_sets_retention_applies_it_and_deletes_records(store, subprocess
 # --- the GC's gate ---------------------------------------------------------------------
 
 
-def test_the_gc_deletes_what_retention_dropped_and_the_table_follows(store, catalogs, gate, tmp_path):
-    config = catalogs
+def test_the_gc_deletes_what_retention_dropped_and_the_table_follows(fstore, catalogs, gate, tmp_path):
+    config, store = catalogs, fstore
     timed_rounds(store, [T0, T0 + HOUR, T0 + 2 * HOUR])
     do_publish(store, config, tmp_path)
     set_retention(store, "t", HOUR // 2, None)

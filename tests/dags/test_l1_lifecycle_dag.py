@@ -19,6 +19,7 @@ from tests.support.airflow import airflow
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store_url", ["file"], indirect=True)  # (the DAGs on S3: test_dags_e2e.py)
 def test_the_lifecycle_dag_trims_compacts_and_publishes(airflow_env, store):
     r = airflow(airflow_env, "db", "migrate")
     assert r.returncode == 0, r.stderr[-2000:]

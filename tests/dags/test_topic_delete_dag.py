@@ -20,6 +20,7 @@ def dags_test(env, conf: dict) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store_url", ["file"], indirect=True)  # (the DAGs on S3: test_dags_e2e.py)
 def test_the_delete_dag_checks_the_form_pins_the_incarnation_and_is_safe_to_run_again(airflow_env, store):
     r = airflow(airflow_env, "db", "migrate")
     assert r.returncode == 0, r.stderr[-2000:]
