@@ -286,7 +286,7 @@ def _spare_what_tables_name(
         v = views[(results[0].topic, results[0].partition)]
         named: frozenset[str] | None
         if tables is not None:
-            named = tables.fenced_refs(topic, topic_id)
+            named = tables.fenced_refs(topic, topic_id, frozenset(o.key for s in results for o in s.retired))
         elif next(iter(store.list(f"{layout.TABLES_ROOT}{layout.space(topic, v.key_id)}/")), None) is not None:
             named = None
         else:

@@ -76,12 +76,15 @@ class TableHook(Protocol):
         store's clock ``now_s``."""
         ...
 
-    def fenced_refs(self, topic: str, topic_id: str | None) -> frozenset[str] | None:
-        """R11 (b): fence publishes to the table of incarnation ``topic_id`` of ``topic``
+    def fenced_refs(self, topic: str, topic_id: str | None, candidates: frozenset[str]) -> frozenset[str] | None:
+        """R11 (b): the store keys of every data file a retained snapshot of the table of
+        incarnation ``topic_id`` of ``topic`` names -- read after fencing publishes to it
         (a commit of the catalog's own: a publish that read the head before it fails its
-        commit and starts again from the partitions' states as they are now), then the
-        store keys of every data file a retained snapshot names. None: the table could
-        not be fenced or read (its retired files are kept); an empty set: no table."""
+        commit and starts again from the partitions' states as they are now), unless
+        every one of ``candidates`` is named anyway (nothing would be deleted: no fence,
+        so a table that keeps them for days does not gain a snapshot per GC run). None:
+        the table could not be fenced or read (its retired files are kept); an empty
+        set: no table."""
         ...
 
     def drop(self, t: Topic) -> str | None:

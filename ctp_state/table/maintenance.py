@@ -247,7 +247,7 @@ class CatalogTables:
             return f"{'.'.join(ident)}: {type(e).__name__}: {e}"
         return None
 
-    def fenced_refs(self, topic: str, topic_id: str | None) -> frozenset[str] | None:
+    def fenced_refs(self, topic: str, topic_id: str | None, candidates: frozenset[str]) -> frozenset[str] | None:
         from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError
 
         from ctp_state.table import register
@@ -289,6 +289,13 @@ class CatalogTables:
             # not maintain) may name the retired files: they stay until it is gone.
             log.warning("topic %s: table %s is not %s's: retired L1 files are kept", topic, others[0], ".".join(ident))
             return None
+        try:
+            named = frozenset(_named_data_files(self.store, table))
+        except Exception as e:
+            log.warning("table %s: cannot list its snapshots' files (%s): retired L1 files kept", ".".join(ident), e)
+            return None
+        if candidates <= named:
+            return named  # all still named (snapshots not expired yet): nothing to fence for
         for _ in range(5):
             # The fence: a snapshot of the catalog's own (no files added, the head's vector
             # named again). A publish that read the old head cannot commit on it.
