@@ -46,9 +46,10 @@ import pyarrow as pa
 from ctp_state import crashpoints, l0, layout, state as sm
 from ctp_state.entries import AccessMode, Compact
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, OutcomeUnknown, Rejected
-from ctp_state.l1 import encode_parquet, parse_l1, read_l1, write_once
+from ctp_state.l1 import encode_parquet, l1_sizes, parse_l1, read_l1, write_once
 from ctp_state.partition_log import PartitionLog
 from ctp_state.partition_state import L1Ref
+from ctp_state.reconcile import pmap
 from ctp_state.settings import CompactSettings
 from ctp_state.status import select_topics, try_read_partition_states
 from ctp_state.storage import ObjectStore
@@ -245,12 +246,6 @@ class CompactionSummary:
         }
 
 
-def _sizes(store: ObjectStore, s: sm.PartitionState) -> dict[str, int]:
-    """The sizes of the partition's L1 files, by one listing of its prefix."""
-    prefix = layout.l1_partition_prefix(s.topic, s.partition, s.topic_id)
-    return {o.key: o.size for o in store.list(prefix)}
-
-
 def run_compaction(
     store: ObjectStore,
     *,
@@ -279,14 +274,14 @@ def run_compaction(
     on_progress("plan", 0, len(candidates))
 
     def plan(s: sm.PartitionState) -> tuple[sm.PartitionState, dict[str, int]] | None:
-        sizes = _sizes(store, s)
+        sizes = l1_sizes(store, s.topic, s.partition, s.topic_id)
         if small_files(s, config.target_file_bytes, sizes) <= config.max_small_files:
             return None
         if not plan_runs(s.committed_l1_files(), sizes, config.target_file_bytes):
             return None
         return s, sizes
 
-    planned = [x for x in _pmap(plan, candidates, config.threads) if x is not None]
+    planned = [x for x in pmap(plan, candidates, config.threads) if x is not None]
     on_progress("plan", len(candidates), len(candidates))
     if dry_run:
         for s, sizes in planned:
@@ -313,14 +308,14 @@ def run_compaction(
         except CtpError as e:
             r.status, r.reason = "error", f"claim failed: {e}"
             if isinstance(e, OutcomeUnknown):
-                _release_if_held(plog, owner)
+                plog.release_held(owner)
             return None
         if got.outcome.rejected is not None:
             r.status, r.reason = "claim_held", str(got.outcome.rejected)
             return None
         return plog, got.outcome.state, sizes
 
-    claimed = [x for x in _pmap(claim, planned, config.threads) if x is not None]
+    claimed = [x for x in pmap(claim, planned, config.threads) if x is not None]
     crashpoints.reached("compact_after_claim")
     try:
         jobs: dict[tuple[str, int], list[CompactJob]] = {}
@@ -395,21 +390,12 @@ def run_compaction(
                     done[0] += 1
                     on_progress("commit", done[0], len(claimed))
 
-        _pmap(commit, claimed, config.threads)
+        pmap(commit, claimed, config.threads)
     except BaseException:
         for plog, _st, _ in claimed:
-            _release_if_held(plog, owner)
+            plog.release_held(owner)
         raise
     return CompactionSummary(run_id, time.perf_counter() - t0, list(results.values()))
-
-
-def _release_if_held(plog: PartitionLog, owner: str) -> None:
-    try:
-        st = plog.read_state()
-        for h in [h for h in st.holders if h.owner == owner]:
-            st = plog.release(st, owner, h.writer_epoch).outcome.state
-    except CtpError:
-        pass
 
 
 def _now_ms() -> int:
@@ -424,10 +410,3 @@ def _constant(entry: Compact) -> Callable[[sm.PartitionState], Compact]:
 
 T = TypeVar("T")
 U = TypeVar("U")
-
-
-def _pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:
-    if not items:
-        return []
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items)))) as pool:
-        return list(pool.map(fn, items))

@@ -314,3 +314,8 @@ def newest_record_ms(store: ObjectStore, key: str) -> int | None:
         ms = int(v.timestamp() * 1000) if hasattr(v, "timestamp") else int(v) // 1000
         best = ms if best is None else max(best, ms)
     return best
+
+
+def l1_sizes(store: ObjectStore, topic: str, partition: int, topic_id: str | None) -> dict[str, int]:
+    """The sizes of a partition's L1 files (committed or not), by one listing of its prefix."""
+    return {o.key: o.size for o in store.list(layout.l1_partition_prefix(topic, partition, topic_id))}

@@ -36,6 +36,7 @@ from ctp_state.entries import AccessMode, Claim, Entry, Init, Release
 from ctp_state.errors import (
     ClaimHeld,
     CorruptData,
+    CtpError,
     InvalidTransition,
     LogGap,
     LogRewound,
@@ -389,3 +390,13 @@ class PartitionLog:
 
     def release(self, state: sm.PartitionState, owner: str, writer_epoch: int) -> Appended:
         return self.append(state, lambda s: Release(owner, writer_epoch))
+
+    def release_held(self, owner: str) -> None:
+        """Best effort: release every claim ``owner`` holds (a run's cleanup after a
+        failure); a store in trouble leaves them to their leases."""
+        try:
+            st = self.read_state()
+            for h in [h for h in st.holders if h.owner == owner]:
+                st = self.release(st, owner, h.writer_epoch).outcome.state
+        except CtpError:
+            pass

@@ -206,14 +206,14 @@ def run_reconcile(
         except CtpError as e:  # one partition's store trouble must not stop the others
             reports.set(tp, status="error", reason=f"claim failed: {e}")
             if isinstance(e, OutcomeUnknown):
-                _release_if_held(log, owner)  # it may have landed: do not strand it
+                log.release_held(owner)  # it may have landed: do not strand it
             return None
         if got.outcome.rejected is not None:
             reports.set(tp, status="claim_held", reason=str(got.outcome.rejected))
             return None
         return log, got.outcome.state
 
-    claimed = [x for x in _pmap(claim, todo, _write_threads(store, config)) if x is not None]
+    claimed = [x for x in pmap(claim, todo, _write_threads(store, config)) if x is not None]
     released: set[tuple[str, int]] = set()
     try:
         _build_and_commit(store, c, config, owner, claimed, reports, released, map_files, on_progress)
@@ -222,7 +222,7 @@ def run_reconcile(
         # and not yet released, so other runs need not wait for the lease.
         for log, st in claimed:
             if (st.topic, st.partition) not in released:
-                _release_if_held(log, owner)
+                log.release_held(owner)
 
     summary = _summarize(run_id, started_ms, c, config, reports)
     return reconcile_summaries(store).append(lambda seq: summary)
@@ -279,16 +279,6 @@ def _snapshot(store: ObjectStore, topic: str, partition: int, topic_id: str | No
         PartitionLog(store, topic, partition, topic_id=topic_id, snapshot_every=1).read_state()
     except (CtpError, OSError) as e:
         logger.warning("could not snapshot %s/%d after the run: %s", topic, partition, e)
-
-
-def _release_if_held(log: PartitionLog, owner: str) -> None:
-    """Best effort: release every claim ``owner`` holds on ``log``'s partition."""
-    try:
-        st = log.read_state()
-        for h in [h for h in st.holders if h.owner == owner]:
-            st = log.release(st, owner, h.writer_epoch).outcome.state
-    except CtpError:
-        pass  # the lease runs out by itself
 
 
 def _build_and_commit(
@@ -401,7 +391,7 @@ def _build_and_commit(
                 done[0] += 1
                 on_progress("commit", done[0], len(claimed))
 
-    _pmap(commit, list(enumerate(claimed)), _write_threads(store, config))
+    pmap(commit, list(enumerate(claimed)), _write_threads(store, config))
 
 
 T = TypeVar("T")
@@ -424,7 +414,7 @@ def _write_threads(store: ObjectStore, config: ReconcileSettings) -> int:
     return max(1, min(config.threads, getattr(store, "write_concurrency", config.threads)))
 
 
-def _pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:
+def pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:
     if not items:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items)))) as pool:

@@ -27,17 +27,17 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ctp_state import crashpoints, layout, state as sm
+from ctp_state import crashpoints, state as sm
 from ctp_state.entries import AccessMode, Trim, TrimReason
 from ctp_state.errors import ClaimHeld, ConfigError, CtpError
 from ctp_state.incarnations import read_name
-from ctp_state.l1 import newest_record_ms
+from ctp_state.l1 import l1_sizes, newest_record_ms
 from ctp_state.partition_log import PartitionLog
 from ctp_state.partition_state import L1Ref
+from ctp_state.reconcile import pmap
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import get_topic, list_topics
 
@@ -110,10 +110,6 @@ class TrimSummary:
             "files_dropped": sum(p.files_dropped for p in self.partitions),
             "partitions": [p.__dict__ for p in self.partitions if p.status != "kept"],
         }
-
-
-def _sizes(store: ObjectStore, s: sm.PartitionState) -> dict[str, int]:
-    return {o.key: o.size for o in store.list(layout.l1_partition_prefix(s.topic, s.partition, s.topic_id))}
 
 
 def trim_partition(
@@ -203,7 +199,7 @@ def run_retention(
 
     def one(job: tuple[sm.PartitionState, int | None, int | None]) -> PartitionTrim:
         s, rms, rbytes = job
-        sizes = _sizes(store, s) if rbytes is not None else {}
+        sizes = l1_sizes(store, s.topic, s.partition, s.topic_id) if rbytes is not None else {}
         footers: dict[str, int | None] = {}
 
         def newest(f: L1Ref) -> int | None:
@@ -221,7 +217,7 @@ def run_retention(
         except CtpError as e:
             return PartitionTrim(s.topic, s.partition, status="error", reason=str(e))
 
-    summary.partitions = _pmap(one, jobs, threads)
+    summary.partitions = pmap(one, jobs, threads)
     summary.seconds = time.perf_counter() - t0
     return summary
 
@@ -255,10 +251,3 @@ def delete_records(
 
 T = TypeVar("T")
 U = TypeVar("U")
-
-
-def _pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:
-    if not items:
-        return []
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items)))) as pool:
-        return list(pool.map(fn, items))
