@@ -355,6 +355,7 @@ class GcRecord(StoredRecord, frozen=True, kw_only=True):
     l1_retired: int = 0  # past the reader grace, their replacement checked: to delete
     l1_retired_bytes: int = 0
     l1_retired_kept: int = 0  # left for a later run (reader grace, a live claim, a table names them)
+    l1_dropped_held: int = 0  # of those, dropped files whose trim nothing allows now (R11)
     l1_retired_deleted: int = 0
     l1_retired_bytes_deleted: int = 0
     tmp_deleted: int = 0

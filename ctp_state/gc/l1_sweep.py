@@ -121,9 +121,21 @@ class SweepResult:
     #: gate unless the topic's table still names them (see prepare).
     retired: list[ObjectInfo] = field(default_factory=list)
     retired_kept: int = 0  # retired files left for a later run (grace, claim, or a table names them)
-    #: Of ``retired``, those a trim dropped: (key, last offset, newest record's time), for
-    #: the gate's retention check.
-    dropped: list[tuple[str, int, int | None]] = field(default_factory=list)
+    #: Of ``retired``, those a trim dropped, for the gate's retention check.
+    dropped: list[Dropped] = field(default_factory=list)
+    dropped_held: int = 0  # dropped files kept: nothing allows their trim now
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """An L1 file a trim dropped, with what R11's check of it needs."""
+
+    key: str
+    last: int  # its last offset
+    newest_ms: int | None  # its newest record's time (None: unknown)
+    #: Bytes of the partition's L1 files newer than it that the listing saw (committed,
+    #: or dropped too): what retention.bytes kept when it let this file go.
+    newer_bytes: int
 
 
 @dataclass(frozen=True)
@@ -244,7 +256,7 @@ def sweep_partition(
                     newest = newest_record_ms(store, key)
                 except (CorruptData, ObjectNotFound):
                     newest = None
-                res.dropped.append((key, last, newest))
+                res.dropped.append(Dropped(key, last, newest, 0))
             res.retired.append(info)
         elif not inp.collect or now_s - info.mtime < grace_s:
             res.young += 1
@@ -255,6 +267,13 @@ def sweep_partition(
                 new_w = min(new_w, max(b for b in boundaries if b < first))
         else:
             res.orphans.append(info)
+    if res.dropped:
+        # what retention.bytes weighs: the files it keeps (committed) or also let go
+        dropped_keys = {d.key for d in res.dropped}
+        kept = [
+            (_range(k)[0], i.size) for k, i in listed.items() if k in every or k in inp.all_committed or k in dropped_keys
+        ]
+        res.dropped = [replace(d, newer_bytes=sum(n for f, n in kept if f > d.last)) for d in res.dropped]
     res.swept_through = new_w
     res.swept_log_end = inp.log_end_offset if new_w == lr else inp.swept_log_end
     if res.retired_kept or res.retired:

@@ -83,6 +83,7 @@ class Outcome(TypedDict, total=False):
     l1_retired: int
     l1_retired_bytes: int
     l1_retired_kept: int
+    l1_dropped_held: int
     l1_retired_deleted: int
     l1_retired_bytes_deleted: int
     tmp_deleted: int

@@ -41,6 +41,7 @@ from ctp_state.gc.safe_epoch import Holdback, MDecision, PartitionStatus, comput
 from ctp_state.gc.table_hook import TableHeads, TableHook
 from ctp_state.gc.tables import (
     HistoryCandidate,
+    authorize_drop,
     dropped_table,
     history_table,
     state_table,
@@ -215,6 +216,12 @@ def prepare(
     )
     by_tp = {(v.topic, v.partition): v for v in views}
     _spare_what_tables_name(store, sweeps, by_tp, tables)
+    dropped = _hold_what_nothing_allows(
+        sweeps,
+        by_tp,
+        {n.name: (n.retention_ms, n.retention_bytes) for n in gathered.names if n.current is not None},
+        int((now_store if now_store is not None else clock()) * 1000),
+    )
     on_progress("l1-check", len(inputs), len(inputs))
     new_marks = dict(watermarks)
     new_marks.update({(s.topic, s.partition): (s.swept_through, s.swept_log_end) for s in sweeps})
@@ -234,11 +241,7 @@ def prepare(
         "partition_state": state_table(views, previous_lb, decision.m, previous_start),
         "l1_files": l1_sweep.check_table(sweeps),
         "table_files": table_files_table(heads.heads, views, store.key_of),
-        "l1_dropped": dropped_table(
-            [(by_tp[(s.topic, s.partition)], key, last, newest) for s in sweeps for key, last, newest in s.dropped],
-            {n.name: (n.retention_ms, n.retention_bytes) for n in gathered.names if n.current is not None},
-            int((now_store if now_store is not None else clock()) * 1000),
-        ),
+        "l1_dropped": dropped_table(dropped),
         "table_partitions": table_partitions_table(heads.heads, views),
     }
     return Prepared(
@@ -296,9 +299,41 @@ def _spare_what_tables_name(
             if keep:
                 kept = {o.key for o in keep}
                 s.retired = [o for o in s.retired if o.key not in kept]
-                s.dropped = [d for d in s.dropped if d[0] not in kept]
+                s.dropped = [d for d in s.dropped if d.key not in kept]
                 s.retired_kept += len(keep)
                 s.swept_log_end = min(s.swept_log_end, views[(s.topic, s.partition)].l1_changed_log_offset)
+
+
+def _hold_what_nothing_allows(
+    sweeps: list[l1_sweep.SweepResult],
+    views: dict[tuple[str, int], PartitionView],
+    retention: dict[str, tuple[int | None, int | None]],
+    now_ms: int,
+) -> list[tuple[PartitionView, l1_sweep.Dropped, bool, str, bool]]:
+    """R11: a dropped L1 file goes only if something allows it now (see
+    :func:`tables.authorize_drop`). One that nothing allows is kept, with a warning, and
+    only it: a trim that looks wrong (or a retention an operator loosened since) holds
+    back its own files, not every other partition's garbage. The gate still checks that
+    nothing this run deletes lacks an authorization."""
+    rows = []
+    for s in sweeps:
+        v = views[(s.topic, s.partition)]
+        held, judged = set(), []
+        for d in s.dropped:
+            ok, why = authorize_drop(v, d, retention.get(v.topic, (None, None)), now_ms)
+            if not ok:
+                held.add(d.key)
+                log.warning("%s/%d: L1 file %s kept: its trim is not allowed now (%s)", v.topic, v.partition, d.key, why)
+            judged.append((d, ok, why))
+        if held:
+            s.retired = [o for o in s.retired if o.key not in held]
+            s.dropped = [d for d in s.dropped if d.key not in held]
+            s.retired_kept += len(held)
+            s.dropped_held += len(held)
+            s.swept_log_end = min(s.swept_log_end, v.l1_changed_log_offset)
+        deleting = {o.key for o in s.retired}
+        rows += [(v, d, ok, why, d.key in deleting) for d, ok, why in judged]
+    return rows
 
 
 def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
@@ -339,9 +374,9 @@ def check(p: Prepared, gate: Gate) -> tuple[GateResult, list[str]]:
                 f"{row['previous_start_offset']} the last passing GC saw (start offsets only grow)"
             )
     for row in p.frames["l1_dropped"].to_pylist():  # R11: retention drops only what it may
-        if not row["authorized"]:
+        if row["deleting"] and not row["authorized"]:
             failures.append(
-                f"backstop: L1 file {row['key']} was dropped by a trim that nothing allows ({row['why']}): it is kept"
+                f"backstop: L1 file {row['key']} would be deleted though nothing allows its trim ({row['why']})"
             )
     if m is not None:  # I1, independently of the lower bounds that gave M
         low = [v for v in p.views if v.min_pending_epoch is not None and v.min_pending_epoch <= m]

@@ -171,6 +171,7 @@ def run_gc(
         "l1_retired": len(l1_retired),
         "l1_retired_bytes": sum(o.size for o in l1_retired),
         "l1_retired_kept": sum(s.retired_kept for s in p.sweeps),
+        "l1_dropped_held": sum(s.dropped_held for s in p.sweeps),
         "l1_listed": sum(s.listed for s in p.sweeps),
         "l1_new_files_checked": sum(len(s.new_files) for s in p.sweeps),
         "l1_orphans": len(l1_orphans),

@@ -17,6 +17,7 @@ from ctp_state.records import GcRecord
 
 if TYPE_CHECKING:
     from ctp_state.gc.inputs import PartitionView
+    from ctp_state.gc.l1_sweep import Dropped
     from ctp_state.gc.table_hook import TableFile, TableHead
     from ctp_state.storage import ObjectInfo
 
@@ -200,47 +201,58 @@ L1_DROPPED_SCHEMA = pa.schema(
         ("key", pa.string()),
         ("last_offset", pa.int64()),
         ("newest_ms", pa.int64()),  # the newest record's timestamp (null: unknown)
+        ("newer_bytes", pa.int64()),  # bytes of the partition's L1 files after it
         ("authorized", pa.bool_()),
+        ("deleting", pa.bool_()),  # this run deletes it (only if authorized)
         ("why", pa.string()),
     ]
 )
 
 
-def dropped_table(
-    dropped: Sequence[tuple[PartitionView, str, int, int | None]],
-    retention: dict[str, tuple[int | None, int | None]],
-    now_ms: int,
-) -> pa.Table:
-    """R11: every L1 file a trim dropped that this run would delete, beside what allowed
-    it: an operator's DeleteRecords past it, the topic's retention.bytes, or its newest
-    record older than the topic's retention.ms (by the store's clock)."""
-    rows = []
-    for v, key, last, newest in dropped:
-        rms, rbytes = retention.get(v.topic, (None, None))
-        if last < v.deleted_to:
-            ok, why = True, f"delete-records to {v.deleted_to}"
-        elif rbytes is not None:
-            ok, why = True, f"retention.bytes {rbytes}"
-        elif rms is not None and newest is not None and now_ms - newest > rms:
-            ok, why = True, f"newest record {now_ms - newest} ms old > retention.ms {rms}"
-        else:
-            ok = False
-            why = (
-                f"newest record {'?' if newest is None else now_ms - newest} ms old, retention.ms "
-                f"{rms if rms is not None else 'none'}, no retention.bytes, no delete-records past it"
-            )
-        rows.append(
+def authorize_drop(
+    v: PartitionView, d: Dropped, retention: tuple[int | None, int | None], now_ms: int
+) -> tuple[bool, str]:
+    """R11: what allows an L1 file a trim dropped to go, judged now: an operator's
+    DeleteRecords past it, the topic's retention.bytes kept at least its bound in the
+    files after it, or its newest record older than the topic's retention.ms (by the
+    store's clock). A file nothing allows now is kept, not lost: its records are already
+    behind the start offset, and a later run lets it go once the partition has grown or
+    the file has aged past a loosened retention."""
+    rms, rbytes = retention
+    if d.last < v.deleted_to:
+        return True, f"delete-records to {v.deleted_to}"
+    if rbytes is not None and d.newer_bytes >= rbytes:
+        return True, f"{d.newer_bytes} bytes after it >= retention.bytes {rbytes}"
+    if rms is not None and d.newest_ms is not None and now_ms - d.newest_ms > rms:
+        return True, f"newest record {now_ms - d.newest_ms} ms old > retention.ms {rms}"
+    age = "?" if d.newest_ms is None else now_ms - d.newest_ms
+    return False, (
+        f"newest record {age} ms old, retention.ms {rms if rms is not None else 'none'}; "
+        f"{d.newer_bytes} bytes after it, retention.bytes {rbytes if rbytes is not None else 'none'}; "
+        f"delete-records to {v.deleted_to}"
+    )
+
+
+def dropped_table(rows: Sequence[tuple[PartitionView, Dropped, bool, str, bool]]) -> pa.Table:
+    """R11: every L1 file a trim dropped that this run looked at: (view, file,
+    authorized, why, deleting)."""
+    return pa.Table.from_pylist(
+        [
             {
                 "topic": v.topic,
                 "partition": v.partition,
-                "key": key,
-                "last_offset": last,
-                "newest_ms": newest,
+                "key": d.key,
+                "last_offset": d.last,
+                "newest_ms": d.newest_ms,
+                "newer_bytes": d.newer_bytes,
                 "authorized": ok,
+                "deleting": deleting,
                 "why": why,
             }
-        )
-    return pa.Table.from_pylist(rows, schema=L1_DROPPED_SCHEMA)
+            for v, d, ok, why, deleting in rows
+        ],
+        schema=L1_DROPPED_SCHEMA,
+    )
 
 
 TABLE_FILES_SCHEMA = pa.schema(

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import time
 
+import pyarrow as pa
 import pytest
 
 from ctp_state import layout
 from ctp_state.entries import AccessMode, Trim, TrimReason
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import ConfigError, GateFailed, OffsetBeforeStart
+from ctp_state.errors import ConfigError, OffsetBeforeStart
 from ctp_state.gc import run_gc
 from ctp_state.incarnations import read_name, set_retention, tombstone
 from ctp_state.l0 import Record
@@ -180,23 +181,84 @@ def test_the_gc_deletes_what_retention_dropped_and_the_table_follows(fstore, cat
     assert not dropped & {o.key for o in store.list(layout.L1_ROOT)}
 
 
-def test_a_trim_that_nothing_allows_stops_the_gate_and_its_files_are_kept(store, gate):
-    """A trim appended by a bug (reason: retention.ms, but the topic has none)."""
-    timed_rounds(store, [T0, T0 + 1], partitions=1)
-    log = plog(store, "t", 0)
+def forged_trim(store, start, reason, p=0):
+    """A trim appended by a bug (or a zombie): the log takes it, the GC must judge it."""
+    log = plog(store, "t", p)
     st = log.claim(log.read_state(), "bug", AccessMode.EXCLUSIVE, lease_ms=60_000).outcome.state
-    log.append(st, lambda s: Trim(5, TrimReason.RETENTION_MS, s.writer_epoch, "bug"))
+    log.append(st, lambda s: Trim(start, reason, s.writer_epoch, "bug"))
+
+
+def test_a_trim_that_nothing_allows_keeps_its_files_and_only_them(store, gate):
+    """A trim appended by a bug (reason: retention.ms, but the topic has none): its file
+    stays, with a warning; every other partition's garbage still goes."""
+    timed_rounds(store, [T0, T0 + 1], partitions=2)
+    forged_trim(store, 5, TrimReason.RETENTION_MS)
+    delete_records(store, "t", 1, 5)  # partition 1: an operator's trim, allowed
+    for _ in range(2):  # M passes the rounds' L0 objects
+        ClusterEpoch(store).advance()
+        run_reconcile(store)
     before = {o.key for o in store.list(layout.L1_ROOT)}
-    with pytest.raises(GateFailed, match="nothing allows"):
-        run_gc(store, gate=gate, config=NOW)
-    assert {o.key for o in store.list(layout.L1_ROOT)} == before
+    rec = run_gc(store, gate=gate, config=NOW)
+    assert rec.status == "ok" and rec.deleted > 0, rec.gate.failures  # the L0 GC goes on
+    assert (rec.l1_retired_deleted, rec.l1_dropped_held) == (1, 1)
+    gone = before - {o.key for o in store.list(layout.L1_ROOT)}
+    assert len(gone) == 1 and "/000001/" in min(gone) and layout.parse_l1_key(min(gone)).first == 0
+    assert [k for k in before - gone if layout.parse_l1_key(k).first == 0 and "/000000/" in k]  # partition 0's stays
     # an operator's DeleteRecords past it is what allows it
-    delete_records(store, "t", 0, 5)  # (already there: nothing changes, so still refused)
-    with pytest.raises(GateFailed):
-        run_gc(store, gate=gate, config=NOW)
+    delete_records(store, "t", 0, 5)  # (already there: nothing changes, so still kept)
+    assert run_gc(store, gate=gate, config=NOW).l1_dropped_held == 1
     delete_records(store, "t", 0, 6)
     rec = run_gc(store, gate=gate, config=NOW)
-    assert rec.status == "ok" and rec.l1_retired_deleted == 1
+    assert rec.status == "ok" and (rec.l1_retired_deleted, rec.l1_dropped_held) == (1, 0)
+
+
+def test_a_size_trim_that_drops_more_than_its_bound_demands_keeps_its_files(store, gate):
+    """retention.bytes is set, but a bug's trim drops files the bound keeps: the bytes
+    after each dropped file are weighed, not the reason."""
+    timed_rounds(store, [T0 + i for i in range(4)], partitions=1)
+    sizes = [o.size for o in sorted(store.list(layout.L1_ROOT), key=lambda o: o.key)]
+    set_retention(store, "t", None, sum(sizes[1:]))  # keeps the newest three files: drops one
+    forged_trim(store, 15, TrimReason.RETENTION_BYTES)  # drops three
+    rec = run_gc(store, gate=gate, config=NOW)
+    assert rec.status == "ok" and (rec.l1_retired_deleted, rec.l1_dropped_held) == (1, 2), rec
+    set_retention(store, "t", None, sizes[3])  # now the bound allows dropping all but one
+    rec = run_gc(store, gate=gate, config=NOW)
+    assert (rec.l1_retired_deleted, rec.l1_dropped_held) == (2, 0), rec
+    assert [o.size for o in store.list(layout.L1_ROOT)] == sizes[3:]
+
+
+def test_a_loosened_retention_holds_back_only_the_files_it_no_longer_allows(store, gate):
+    """retention.ms dropped the old files, then an operator raised it before the GC ran:
+    the dropped files' records are already behind the start offset; the files stay until
+    they age past the new retention, and the GC of everything else goes on."""
+    timed_rounds(store, [T0, T0 + HOUR], partitions=1)
+    set_retention(store, "t", HOUR, None)
+    assert run_retention(store, now_ms=T0 + 2 * HOUR - 100).count("trimmed") == 1  # the older file goes
+    set_retention(store, "t", 100 * HOUR, None)
+    rec = run_gc(store, gate=gate, config=NOW)
+    assert rec.status == "ok" and (rec.l1_retired_deleted, rec.l1_dropped_held) == (0, 1), rec
+    set_retention(store, "t", 9 * HOUR, None)  # the file's records are ten hours old
+    rec = run_gc(store, gate=gate, config=NOW)
+    assert rec.status == "ok" and (rec.l1_retired_deleted, rec.l1_dropped_held) == (1, 0), rec
+    assert offsets(store) == list(range(5, 10))
+
+
+def test_the_gate_stops_a_run_that_would_delete_a_file_nothing_allows(store, gate):
+    """The gate checks the run's own choice: were a bug to put an unauthorized dropped
+    file on the delete list, the gate and the backstop both refuse the run."""
+    from ctp_state.gc.prepare import check, prepare
+
+    timed_rounds(store, [T0, T0 + 1], partitions=1)
+    forged_trim(store, 5, TrimReason.RETENTION_MS)
+    p = prepare(store, GcSettings(dry_run=True, l1_grace_s=0, l1_reader_grace_s=0))
+    rows = p.frames["l1_dropped"].to_pylist()
+    assert [(r["authorized"], r["deleting"]) for r in rows] == [(False, False)]
+    _, failures = check(p, gate)
+    assert failures == [], failures
+    p.frames["l1_dropped"] = pa.Table.from_pylist([{**rows[0], "deleting": True}], schema=p.frames["l1_dropped"].schema)
+    _, failures = check(p, gate)
+    assert any("authorized" in f and "deleting" in f for f in failures), failures
+    assert any(f.startswith("backstop: L1 file") and "nothing allows" in f for f in failures), failures
 
 
 def test_the_gate_refuses_a_start_offset_that_went_back(store, gate):
