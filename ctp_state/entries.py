@@ -9,7 +9,9 @@ in the same entry); it is written only for such entries, so a ctp that predates 
 refuses them by version, naming the key, and reads every other entry. Version 4 is
 written only for the kinds that change a partition's committed L1 files after the
 fact, ``compact`` and ``trim`` (a ctp that predates them refuses them by version, as
-it must: it would read the wrong files). Decoding
+it must: it would read the wrong files). Version 5 is written only for ``tick``, an idle
+partition's advance in one entry (a ctp that predates it refuses it by version: it
+would judge the entry's writer epoch wrong, and fold the log differently). Decoding
 refuses an unknown version or kind, a bad checksum or a malformed field with an error
 that names the key; nothing is guessed.
 """
@@ -29,7 +31,9 @@ ENTRY_VERSION = 2
 RELEASING_ENTRY_VERSION = 3
 #: Written for the entries that change the committed L1 files after the fact.
 L1_CHANGE_ENTRY_VERSION = 4
-SUPPORTED_ENTRY_VERSIONS = (1, 2, 3, 4)  # 1: before checksums, read but never written
+#: Written for ``tick`` entries, and only for them.
+TICK_ENTRY_VERSION = 5
+SUPPORTED_ENTRY_VERSIONS = (1, 2, 3, 4, 5)  # 1: before checksums, read but never written
 
 # The fields' bounds, checked by the codec when an entry is read (never when one is built).
 Epoch = Annotated[int, msgspec.Meta(ge=1, le=validate.MAX_EPOCH)]
@@ -104,6 +108,21 @@ class Advance(_Entry, tag="advance", frozen=True):
     epoch: Epoch
     writer_epoch: Positive
     release_owner: Name | None = None  # as Reconcile.release_owner
+
+
+class Tick(_Entry, tag="tick", frozen=True):
+    """R5 + R6 in one entry: an idle, caught-up partition that no claim is held on moves
+    its applied epochs up to ``epoch``, as a claim, an advance and a release would, in
+    one object write instead of three. It takes ``writer_epoch`` (the state's next: it
+    fences every older writer, as an exclusive claim does) and leaves no claim held. The
+    log's create-if-absent append is its lock: an entry that lands first (a producer's
+    placeholder, a claim) changes the state it is judged against, and the fold rejects
+    it if the partition is no longer idle, free and behind ``epoch``."""
+
+    kind: ClassVar[str] = "tick"
+    epoch: Epoch
+    writer_epoch: Positive
+    owner: Name  # who wrote it (for people: the run's id)
 
 
 class Claim(_Entry, tag="claim", frozen=True):
@@ -184,9 +203,9 @@ class Trim(_Entry, tag="trim", frozen=True):
     release_owner: Name | None = None  # as Reconcile.release_owner
 
 
-Entry = Init | Placeholder | Reconcile | Advance | Claim | Release | Seal | Compact | Trim
+Entry = Init | Placeholder | Reconcile | Advance | Claim | Release | Seal | Compact | Trim | Tick
 _KINDS: dict[str, type[_Entry]] = {
-    c.kind: c for c in (Init, Placeholder, Reconcile, Advance, Claim, Release, Seal, Compact, Trim)
+    c.kind: c for c in (Init, Placeholder, Reconcile, Advance, Claim, Release, Seal, Compact, Trim, Tick)
 }
 _RELEASING = ("reconcile", "advance")
 _L1_CHANGES = ("compact", "trim")
@@ -198,6 +217,8 @@ def encode(entry: Entry) -> bytes:
     body: codec.JsonObject = msgspec.to_builtins(entry)
     if entry.kind in _L1_CHANGES:
         body["v"] = L1_CHANGE_ENTRY_VERSION
+    elif entry.kind == "tick":
+        body["v"] = TICK_ENTRY_VERSION
     elif getattr(entry, "release_owner", None) is not None:
         body["v"] = RELEASING_ENTRY_VERSION
     else:
@@ -225,6 +246,8 @@ def decode(data: bytes, key: str) -> Entry:
     # optional on them, as on version 2's releasing kinds).
     if (version == L1_CHANGE_ENTRY_VERSION) != (kind in _L1_CHANGES):
         raise CorruptData(key, f"{kind} entry of version {version} (compact and trim entries are version 4, only they)")
+    if (version == TICK_ENTRY_VERSION) != (kind == "tick"):
+        raise CorruptData(key, f"{kind} entry of version {version} (tick entries are version 5, only they)")
     # Version 3 is version 2 plus release_owner, on the two kinds that release: an entry
     # of version 3 releases a claim, and only such an entry carries release_owner.
     releasing = kind in _RELEASING or kind in _L1_CHANGES

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from ctp_state import layout, state as sm
-from ctp_state.entries import Advance, Entry, Init, Placeholder, Seal
+from ctp_state.entries import Advance, Entry, Init, Placeholder, Seal, Tick
 from ctp_state.errors import CorruptData
 
 #: A trace's fields in its stored form (a list, in this order).
@@ -123,7 +123,7 @@ def follow(trace: Trace, producer_id: str, entries: Iterable[tuple[int, Entry]])
                 t = replace(t, offset=offset)
         elif isinstance(e, Seal):
             t = replace(t, offset=offset, sealed=True)
-        elif isinstance(e, Advance):
+        elif isinstance(e, (Advance, Tick)):  # an advance (a tick is one, in one entry)
             t = replace(t, offset=offset, max_ub=max(t.max_ub, e.epoch), prev_ub=max(t.prev_ub, e.epoch))
         elif isinstance(e, Placeholder) and e.producer_id == producer_id:
             after = _decide(t, e)

@@ -3,8 +3,10 @@
 A run:
 
 1. reads the cluster epoch C, then every selected partition's state;
-2. claims (R5, exclusive) each partition that has unreconciled placeholders or that is
-   idle with a lower bound ``idle_lag`` or more epochs behind C;
+2. ticks each partition that is idle, caught up, free of claims and has a lower bound
+   ``idle_lag`` or more epochs behind C (R5 + R6 in one ``tick`` entry: one object
+   write, no snapshot), and claims (R5, exclusive) each other partition that has
+   unreconciled placeholders or such a lower bound;
 3. plans each claimed partition's pending chunks into L1 files of about
    ``target_file_bytes`` (pure: :func:`plan_files`);
 4. builds the files through ``map_files`` (Spark tasks in ``spark_apps/reconcile.py``,
@@ -41,7 +43,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ctp_state import crashpoints, layout, state as sm
-from ctp_state.entries import AccessMode, Advance, Reconcile
+from ctp_state.entries import AccessMode, Advance, Reconcile, Tick
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
 from ctp_state.l1 import L1Build, L1File, build_file
@@ -191,6 +193,12 @@ def run_reconcile(
         reports.start(t, p, status="error", reason=f"state cannot be read: {why}")
     todo = [s for s in states if needs_work(s, c, config.idle_lag)]
     todo = _skip_still_lost(store, todo, reports)
+    pmap(
+        lambda s: _tick(store, c, config, owner, s, reports),
+        [s for s in todo if _tick_due(s, c, config)],
+        _write_threads(store, config),
+    )
+    todo = [s for s in todo if not _tick_due(s, c, config)]
 
     # 2. claims
     mode = AccessMode.WAIT_FOR_EXCLUSIVE if config.claim_wait_s > 0 else AccessMode.EXCLUSIVE
@@ -226,6 +234,47 @@ def run_reconcile(
 
     summary = _summarize(run_id, started_ms, c, config, reports)
     return reconcile_summaries(store).append(lambda seq: summary)
+
+
+class _NoLongerIdle(Exception):
+    """The partition changed before its tick landed: nothing is written."""
+
+
+def _tick_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:
+    """R6 by a ``tick``: idle, caught up, due, behind C, and no claim held on it (a
+    partition with holders, live or lapsed, takes the claim path)."""
+    return s.initialized and not s.holders and _advance_due(s, c, config) and c > s.min_epoch_lower_bound  # type: ignore[operator]
+
+
+def _tick(
+    store: ObjectStore, c: int, config: ReconcileSettings, owner: str, s: sm.PartitionState, reports: _Reports
+) -> None:
+    """One idle partition's advance in one entry (:class:`~ctp_state.entries.Tick`): a
+    claim, an advance and a release in one object write, and no snapshot after it (the
+    tail grew by one entry; the next reader that finds it long enough leaves one). If
+    the log moved since the run read it (a producer's placeholder, a claim), the entry is
+    rebuilt from the fresh state, or not written at all once the partition is no
+    longer idle and free: the next run sees it."""
+    tp = (s.topic, s.partition)
+    log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id)
+
+    def make(fresh: sm.PartitionState) -> Tick:
+        if not _tick_due(fresh, c, config):
+            raise _NoLongerIdle
+        return Tick(c, fresh.writer_epoch + 1, owner)
+
+    try:
+        out = log.append(s, make).outcome
+    except _NoLongerIdle:
+        return
+    except CtpError as e:
+        reports.set(tp, status="error", reason=f"tick failed: {e}")
+        return
+    if out.rejected is not None:
+        reports.set(tp, status=_verdict_status(out.rejected), reason=str(out.rejected))
+        return
+    reports.set(tp, status="advanced")
+    reports.observe(out.state)
 
 
 def _skip_still_lost(store: ObjectStore, todo: list[sm.PartitionState], reports: _Reports) -> list[sm.PartitionState]:

@@ -38,6 +38,7 @@ from ctp_state.entries import (
     Reconcile,
     Release,
     Seal,
+    Tick,
     Trim,
     TrimReason,
 )
@@ -125,6 +126,8 @@ def apply(state: PartitionState, offset: int, entry: Entry) -> Outcome:
             return Outcome(_apply_reconcile(state, offset, entry))
         if isinstance(entry, Advance):
             return Outcome(_apply_advance(state, offset, entry))
+        if isinstance(entry, Tick):
+            return Outcome(_apply_tick(state, offset, entry))
         if isinstance(entry, Claim):
             return Outcome(_apply_claim(state, offset, entry))
         if isinstance(entry, Release):
@@ -394,6 +397,45 @@ def _apply_advance(s: PartitionState, offset: int, e: Advance) -> PartitionState
         previous_applied_epoch=e.epoch,
         epoch_window_offset=offset,
         min_epoch_lower_bound=max(e.epoch, s.min_epoch_lower_bound),  # type: ignore[type-var]
+        last_reconciled_log_offset=offset,
+        max_seen_epoch=e.epoch,
+        oldest_accepted_epoch=e.epoch,
+    )
+
+
+def _apply_tick(s: PartitionState, offset: int, e: Tick) -> PartitionState:
+    """R5 + R6 in one entry (see :class:`~ctp_state.entries.Tick`): a claim taken and
+    given up around an advance. Judged as that claim would be, but stricter: any holder,
+    live or lapsed, refuses it (the claim path, with its lease takeovers, is for those)."""
+    if s.holders:
+        h = s.holders[0]
+        raise ClaimHeld(s.topic, s.partition, h.owner, h.mode.value, h.lease_until_ms)
+    if e.writer_epoch != s.writer_epoch + 1:
+        raise InvalidTransition(
+            s.topic, s.partition, f"tick for writer epoch {e.writer_epoch}, expected {s.writer_epoch + 1}"
+        )
+    if s.pending:
+        raise InvalidTransition(
+            s.topic, s.partition, f"tick to epoch {e.epoch} while {len(s.pending)} placeholders await reconcile"
+        )
+    if e.epoch < s.max_applied_epoch or e.epoch <= s.min_epoch_lower_bound:  # type: ignore[operator]
+        raise InvalidTransition(
+            s.topic,
+            s.partition,
+            f"tick to epoch {e.epoch} does not move the partition on (applied epoch {s.max_applied_epoch}, "
+            f"lower bound {s.min_epoch_lower_bound})",
+        )
+    starts = (s.writer_epoch_starts + ((e.writer_epoch, offset),))[-WRITER_EPOCH_HISTORY:]
+    return evolve(
+        s,
+        applied_offset=offset,
+        writer_epoch=e.writer_epoch,
+        fence_floor=e.writer_epoch,
+        writer_epoch_starts=starts,
+        max_applied_epoch=e.epoch,
+        previous_applied_epoch=e.epoch,
+        epoch_window_offset=offset,
+        min_epoch_lower_bound=e.epoch,
         last_reconciled_log_offset=offset,
         max_seen_epoch=e.epoch,
         oldest_accepted_epoch=e.epoch,
