@@ -5,7 +5,18 @@ never both win an offset. The loser reads the entries it missed, re-applies them
 retries with an entry rebuilt from the fresher state, a bounded number of times.
 
 Reading a partition's current state costs one GET (the newest snapshot), one LIST
-(entries after it) and one GET per tail entry; a reader that folds a tail of
+(entries after it) and one GET per tail entry. A *probing* log (``probe=True``: the
+reconciler's and the GC's, which read every partition every run) lists nothing: it
+GETs the key after the snapshot's offset, and the next, until one is not there (a 404
+is a GET-class request, a LIST a PUT-class one, which costs 12.5 times as much), plus
+a HEAD of the snapshot's own entry when the tail is empty (a snapshot the log does not
+reach is set aside, as with the listing). A log of create-if-absent appends has no
+holes, so the first missing key is its end; a store that lost an entry in the middle
+(a hole a listing would name as :class:`~ctp_state.errors.LogGap`) reads to the
+hole: a true, older state (lower bounds only grow, so M from it is lower, never
+higher). A probing log must never write into such a hole: before each create it
+checks that the key after is not there (a HEAD), and refuses with ``LogGap`` if it is
+while its own key is not. A reader that folds a tail of
 ``snapshot_every`` entries or more from the store writes a new snapshot, so the tail
 stays short. A snapshot only ever covers entries decoded from the store: appenders,
 whose states hold entries they wrote and never read back, do not write them.
@@ -110,6 +121,7 @@ class PartitionLog:
         sleep: Callable[[float], None] = time.sleep,
         write_snapshots: bool = True,
         recheck_after_s: float | None = None,  # None: DEFAULT_RECHECK_AFTER_S
+        probe: bool = False,  # read tails by GETs of the next key, not a LIST (see above)
     ):
         name = topic.name if isinstance(topic, Topic) else topic
         if isinstance(topic, Topic):
@@ -126,6 +138,7 @@ class PartitionLog:
         self.snapshot_problem: str | None = None
         self.recheck_after_s = DEFAULT_RECHECK_AFTER_S if recheck_after_s is None else recheck_after_s
         self._seen_at = time.monotonic()  # when this log was last read or written
+        self.probe = probe
 
     def key(self, offset: int) -> str:
         return layout.log_entry(self.topic, self.partition, offset, self.topic_id)
@@ -189,6 +202,9 @@ class PartitionLog:
         """Yield ``(offset, entry)`` for every entry after log offset ``after``. With
         ``reach``, first check that the log holds entry ``after`` itself (one LIST all
         the same: it starts one key earlier), raising :class:`_SnapshotAhead` if not."""
+        if self.probe:
+            yield from self._probed(after, reach)
+            return
         if reach and after >= 0:
             start_after = self.key(after - 1) if after >= 1 else None
             expected = after
@@ -222,6 +238,20 @@ class PartitionLog:
             yield offset, en.decode(self.store.get(info.key), info.key)
             expected += 1
         if checking and self.store.head(self.key(after)) is None:
+            raise _SnapshotAhead(after)
+
+    def _probed(self, after: int, reach: bool) -> Iterator[tuple[int, Entry]]:
+        """:meth:`entries` by GETs of each next key until one is missing: no listing."""
+        offset = after + 1
+        while True:
+            key = self.key(offset)
+            try:
+                data = self.store.get(key)
+            except ObjectNotFound:
+                break
+            yield offset, en.decode(data, key)
+            offset += 1
+        if reach and after >= 0 and offset == after + 1 and self.store.head(self.key(after)) is None:
             raise _SnapshotAhead(after)
 
     def catch_up(self, state: sm.PartitionState, *, reach: bool = False) -> sm.PartitionState:
@@ -315,7 +345,13 @@ class PartitionLog:
     def _create(self, key: str, data: bytes, offset: int) -> bool:
         """Create ``key`` holding ``data``: True when it holds our bytes, False when
         another writer's entry is there. Raises :class:`OutcomeUnknown` when the store
-        keeps failing."""
+        keeps failing. A probing log first checks that it is not writing into a hole
+        (see the module's docstring): the next key there and this one not is a
+        :class:`LogGap`; both there, a writer got ahead of this one (a lost race)."""
+        if self.probe and self.store.head(self.key(offset + 1)) is not None:
+            if self.store.head(key) is None:
+                raise LogGap(self.key(offset + 1), offset, offset + 1)
+            return False
         try:
             return create_once(
                 self.store,

@@ -178,7 +178,7 @@ def run_reconcile(
     c = ClusterEpoch(store).current()  # C first (R4/R6), then the partitions
     wanted: list[tuple[Topic | str, int]] = [(t, p) for t in select_topics(store, topics) for p in range(t.partitions)]
     got, unreadable = try_read_partition_states(
-        store, wanted, threads=max(1, config.threads), snapshot_every=START_SNAPSHOT_TAIL
+        store, wanted, threads=max(1, config.threads), snapshot_every=START_SNAPSHOT_TAIL, probe=True
     )
     states = [s for s in got if s is not None]
     reports = _Reports()
@@ -204,7 +204,7 @@ def run_reconcile(
     mode = AccessMode.WAIT_FOR_EXCLUSIVE if config.claim_wait_s > 0 else AccessMode.EXCLUSIVE
 
     def claim(s: sm.PartitionState) -> tuple[PartitionLog, sm.PartitionState] | None:
-        log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id)
+        log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id, probe=True)
         tp = (s.topic, s.partition)
         try:
             got = log.claim(s, owner, mode, lease_ms=config.lease_ms, wait_timeout_s=config.claim_wait_s)
@@ -256,7 +256,7 @@ def _tick(
     rebuilt from the fresh state, or not written at all once the partition is no
     longer idle and free: the next run sees it."""
     tp = (s.topic, s.partition)
-    log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id)
+    log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id, probe=True)
 
     def make(fresh: sm.PartitionState) -> Tick:
         if not _tick_due(fresh, c, config):
@@ -325,7 +325,7 @@ def _snapshot(store: ObjectStore, topic: str, partition: int, topic_id: str | No
     bytes were decoded (an entry the store kept torn stops this read, and the GC, as it
     would without the snapshot). Best effort, as every snapshot (a cache of the log)."""
     try:
-        PartitionLog(store, topic, partition, topic_id=topic_id, snapshot_every=1).read_state()
+        PartitionLog(store, topic, partition, topic_id=topic_id, snapshot_every=1, probe=True).read_state()
     except (CtpError, OSError) as e:
         logger.warning("could not snapshot %s/%d after the run: %s", topic, partition, e)
 

@@ -165,3 +165,56 @@ def test_reconcilers_racing_on_idle_partitions_tick_each_once_per_epoch(store):
         assert [e.kind for _, e in log.entries()] == ["init", "tick"], p
         st = log.read_state()
         assert (st.min_epoch_lower_bound, st.writer_epoch, st.holders) == (c, 1, ())
+
+
+# --- probing reads (no LIST) and a store that lost an entry -------------------------------
+
+
+def lose_entry(store, topic: str, p: int, offset: int) -> None:
+    """The store lost one entry in the middle of a log (an operator's delete, a damaged
+    bucket): a hole no create-if-absent append makes."""
+    store.delete_many([plog(store, topic, p).key(offset)])
+
+
+def test_a_probing_reader_stops_at_a_lost_entry_and_the_reconciler_never_writes_into_it(store, gate):
+    """A log 0-4 loses entry 2. The probing reads (the reconciler's, the GC's) see the
+    state through entry 1: older, true. The reconciler, due to tick or claim there,
+    refuses to write into the hole (its HEAD of the key after finds entry 3): nothing is
+    written, the partition is reported, and a listing reader still names the gap."""
+    from ctp_state.errors import LogGap
+    from ctp_state.gc import run_gc
+    from ctp_state.settings import GcSettings
+    from tests.support import produce_rounds
+
+    produce_rounds(store, "t", partitions=1, rounds=4, per=2, advance=False)  # init + 4 placeholders
+    for _ in range(3):
+        ClusterEpoch(store).advance()
+    log = plog(store, "t", 0, write_snapshots=False)
+    lose_entry(store, "t", 0, 2)
+    keys = sorted(o.key for o in store.list(log.prefix))
+    probed = plog(store, "t", 0, write_snapshots=False, probe=True).read_state()
+    assert probed.applied_offset == 1 and len(probed.pending) == 1
+    s = run_reconcile(store)
+    assert s.partitions_failed == 1 and "not dense" in s.partitions[0].reason, s
+    assert sorted(o.key for o in store.list(log.prefix)) == keys  # nothing written into the hole
+    with pytest.raises(LogGap):
+        log.read_state()
+    # The GC's M from the probing read is the older state's, no higher than the log's
+    rec = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
+    assert rec.m is None or rec.m <= probed.m
+
+
+def test_a_probing_appender_that_lost_the_race_to_two_offsets_catches_up(store):
+    """Between a probing reader's read and its append, another writer appended twice:
+    the HEAD of the key after finds it, the key itself is there too: a lost race, not a
+    hole; the append lands after both."""
+    create_topic(store, "t", 1)
+    mine = plog(store, "t", 0, probe=True)
+    st = mine.read_state()
+    other = plog(store, "t", 0)
+    o = other.read_state()
+    o = other.claim(o, "a", AccessMode.EXCLUSIVE, lease_ms=60_000).outcome.state
+    other.release(o, "a", o.writer_epoch)
+    out = mine.append(st, lambda fresh: Claim(fresh.writer_epoch + 1, "b", AccessMode.EXCLUSIVE, 10**13, 0))
+    assert out.offset == 3 and out.outcome.accepted
+    assert [e.kind for _, e in plog(store, "t", 0).entries()] == ["init", "claim", "release", "claim"]
