@@ -122,6 +122,7 @@ class PartitionLog:
         write_snapshots: bool = True,
         recheck_after_s: float | None = None,  # None: DEFAULT_RECHECK_AFTER_S
         probe: bool = False,  # read tails by GETs of the next key, not a LIST (see above)
+        idle_snapshot_every: int | None = None,  # snapshot an idle partition's (nothing pending) shorter tail
     ):
         name = topic.name if isinstance(topic, Topic) else topic
         if isinstance(topic, Topic):
@@ -139,6 +140,7 @@ class PartitionLog:
         self.recheck_after_s = DEFAULT_RECHECK_AFTER_S if recheck_after_s is None else recheck_after_s
         self._seen_at = time.monotonic()  # when this log was last read or written
         self.probe = probe
+        self.idle_snapshot_every = idle_snapshot_every
 
     def key(self, offset: int) -> str:
         return layout.log_entry(self.topic, self.partition, offset, self.topic_id)
@@ -271,7 +273,10 @@ class PartitionLog:
     def _maybe_snapshot(self, state: sm.PartitionState) -> None:
         if not self.write_snapshots:
             return
-        stale = state.applied_offset - self._snapshot_offset >= self.snapshot_every
+        tail = state.applied_offset - self._snapshot_offset
+        stale = tail >= self.snapshot_every or (
+            self.idle_snapshot_every is not None and not state.pending and tail >= self.idle_snapshot_every
+        )
         if stale or (self.snapshot_problem is not None and state.applied_offset >= 0):
             try:
                 self.write_snapshot(state)

@@ -65,6 +65,12 @@ logger = logging.getLogger(__name__)
 #: after the build went from 0.24-0.27 s to 0.10-0.11 s, the start read from 0.07 s to
 #: 0.11-0.13 s.)
 START_SNAPSHOT_TAIL = 8
+#: ... and an idle partition's (no placeholder pending) whose tail is this long: a tail of
+#: ticks, one every ``idle_lag`` epochs, that every later read (the reconcile's, the
+#: GC's, twice an epoch) would GET entry by entry. At 2 a snapshot (one PUT, every other
+#: tick) saves about six GETs per idle partition per epoch against 8 (at the price list
+#: of benchmarks/bench_requests.py, a PUT costs 12.5 GETs).
+IDLE_SNAPSHOT_TAIL = 2
 
 
 def needs_work(s: sm.PartitionState, cluster_epoch: int, idle_lag: int) -> bool:
@@ -178,7 +184,12 @@ def run_reconcile(
     c = ClusterEpoch(store).current()  # C first (R4/R6), then the partitions
     wanted: list[tuple[Topic | str, int]] = [(t, p) for t in select_topics(store, topics) for p in range(t.partitions)]
     got, unreadable = try_read_partition_states(
-        store, wanted, threads=max(1, config.threads), snapshot_every=START_SNAPSHOT_TAIL, probe=True
+        store,
+        wanted,
+        threads=max(1, config.threads),
+        snapshot_every=START_SNAPSHOT_TAIL,
+        idle_snapshot_every=IDLE_SNAPSHOT_TAIL,
+        probe=True,
     )
     states = [s for s in got if s is not None]
     reports = _Reports()

@@ -57,17 +57,21 @@ def try_read_partition_states(
     *,
     threads: int = 32,
     snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+    idle_snapshot_every: int | None = None,
     probe: bool = False,
 ) -> tuple[list[sm.PartitionState | None], list[tuple[str, int, str]]]:
     """Like :func:`read_partition_states`, but a partition that does not read is
     reported as ``(topic, partition, why)`` (its slot is None) instead of raising.
     A partition whose tail (entries after its snapshot) is ``snapshot_every`` or longer
-    gets a new snapshot, as any reader writes one. With ``probe``, tails are read by
-    GETs of the next key, not listed (:class:`PartitionLog`)."""
+    gets a new snapshot, as any reader writes one (an idle one, no placeholder pending,
+    already at ``idle_snapshot_every``). With ``probe``, tails are read by GETs of the
+    next key, not listed (:class:`PartitionLog`)."""
 
     def one(job: Job) -> sm.PartitionState | str:
         try:
-            return PartitionLog(store, *job, snapshot_every=snapshot_every, probe=probe).read_state()
+            return PartitionLog(
+                store, *job, snapshot_every=snapshot_every, idle_snapshot_every=idle_snapshot_every, probe=probe
+            ).read_state()
         except CtpError as e:
             return str(e)
 

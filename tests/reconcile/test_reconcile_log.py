@@ -119,3 +119,22 @@ def test_a_reconcile_run_decodes_each_log_entry_once_when_the_tail_is_long(store
         assert len(reads) == end + 1, (topic, end, reads)
         assert sum(1 for n in reads.values() if n > 1) == twice, (topic, reads)
         assert log.read_snapshot(strict=True).applied_offset == end  # the run's own, at the log end
+
+
+def test_an_idle_partitions_tail_of_ticks_stays_short(store):
+    """A tick leaves no snapshot; the next run's start read leaves one once an idle
+    partition's tail reaches ``IDLE_SNAPSHOT_TAIL`` (a tail every later read would GET
+    entry by entry), while a busy partition's waits for ``START_SNAPSHOT_TAIL``."""
+    from ctp_state.reconcile import IDLE_SNAPSHOT_TAIL, run_reconcile
+    from ctp_state.settings import ReconcileSettings
+    from tests.support.snapshot import log_end, snap_offset
+
+    create_topic(store, "t", 2)
+    tails, ticks = [], 0
+    for _ in range(6):
+        for _ in range(ReconcileSettings().idle_lag):
+            ClusterEpoch(store).advance()
+        ticks += run_reconcile(store).partitions_advanced
+        tails += [log_end(store, "t", p) - snap_offset(store, "t", p) for p in range(2)]
+    assert ticks == 12 and max(tails) == IDLE_SNAPSHOT_TAIL and min(tails) < IDLE_SNAPSHOT_TAIL, tails
+    assert [kind for kind, _ in _kinds(store, "t", 0)] == ["init"] + ["tick"] * 6
