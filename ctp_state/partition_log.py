@@ -6,17 +6,20 @@ retries with an entry rebuilt from the fresher state, a bounded number of times.
 
 Reading a partition's current state costs one GET (the newest snapshot), one LIST
 (entries after it) and one GET per tail entry. A *probing* log (``probe=True``: the
-reconciler's and the GC's, which read every partition every run) lists nothing: it
-GETs the key after the snapshot's offset, and the next, until one is not there (a 404
-is a GET-class request, a LIST a PUT-class one, which costs 12.5 times as much), plus
-a HEAD of the snapshot's own entry when the tail is empty (a snapshot the log does not
-reach is set aside, as with the listing). A log of create-if-absent appends has no
-holes, so the first missing key is its end; a store that lost an entry in the middle
-(a hole a listing would name as :class:`~ctp_state.errors.LogGap`) reads to the
-hole: a true, older state (lower bounds only grow, so M from it is lower, never
-higher). A probing log must never write into such a hole: before each create it
-checks that the key after is not there (a HEAD), and refuses with ``LogGap`` if it is
-while its own key is not. A reader that folds a tail of
+reconciler's, which reads every partition every run to find work) lists nothing when
+it reads: it GETs the key after the snapshot's offset, and the next, until one is not
+there (a 404 is a GET-class request, a LIST a PUT-class one, which costs 12.5 times as
+much), plus a HEAD of the snapshot's own entry when the tail is empty (a snapshot the
+log does not reach is set aside, as with the listing). A log of create-if-absent
+appends has no holes, so the first missing key is its end -- unless the store lost
+entries in the middle, which only a listing can see (:class:`~ctp_state.errors.LogGap`).
+So a probing log lists before it writes instead: before each create, one page of the
+keys from its own on; any key after its own while its own is missing is a hole, and
+it refuses with ``LogGap`` rather than write into it (its own key there is a lost
+race). Writes are rarer than reads (an idle partition is written once every
+``idle_lag`` epochs, read every epoch). Readers that decide from the state what to
+delete (the GC) read by listing: a state read short of a lost entry would not know
+what that entry committed. A reader that folds a tail of
 ``snapshot_every`` entries or more from the store writes a new snapshot, so the tail
 stays short. A snapshot only ever covers entries decoded from the store: appenders,
 whose states hold entries they wrote and never read back, do not write them.
@@ -351,12 +354,15 @@ class PartitionLog:
         """Create ``key`` holding ``data``: True when it holds our bytes, False when
         another writer's entry is there. Raises :class:`OutcomeUnknown` when the store
         keeps failing. A probing log first checks that it is not writing into a hole
-        (see the module's docstring): the next key there and this one not is a
-        :class:`LogGap`; both there, a writer got ahead of this one (a lost race)."""
-        if self.probe and self.store.head(self.key(offset + 1)) is not None:
-            if self.store.head(key) is None:
-                raise LogGap(self.key(offset + 1), offset, offset + 1)
-            return False
+        (see the module's docstring), with one page of a listing from its key on: a
+        later key there and this one not is a :class:`LogGap`; this one there, a writer
+        got ahead of this one (a lost race)."""
+        if self.probe:
+            first = next(iter(self.store.list(self.prefix, start_after=self.key(offset - 1) if offset else None)), None)
+            if first is not None:
+                if first.key != key:
+                    raise LogGap(first.key, offset, layout.log_offset_of(first.key, self.prefix))
+                return False
         try:
             return create_once(
                 self.store,

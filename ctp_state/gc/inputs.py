@@ -134,9 +134,9 @@ def gather_all(store: ObjectStore, *, threads: int = 32) -> Gathered:
     names = all_names(store)
     topics = [st.current for st in names if st.current is not None]
     wanted: list[tuple[Topic | str, int]] = [(t, p) for t in topics for p in range(t.partitions)]
-    # Probing reads (GETs of each next key, no LIST: ``PartitionLog``): M from a log
-    # read short of a lost entry is M from an older state, lower, never higher.
-    states, problems = try_read_partition_states(store, wanted, threads=threads, probe=True)
+    # Listing reads, never probing ones (``PartitionLog``): what the GC deletes follows
+    # from the states, and a log read short of a lost entry would hide what it committed.
+    states, problems = try_read_partition_states(store, wanted, threads=threads)
     problems += unaccounted_logs(store, topics, names)
     if problems:
         raise StateUnreadable(problems)

@@ -1,0 +1,80 @@
+"""The request budget of an idle partition, counted where the bill counts it: at the
+boto3 client, by S3 operation, against SeaweedFS (``RequestCounter`` of
+``benchmarks/bench_requests.py``). Counts, unlike times, are deterministic: a change
+that adds a request per idle partition per epoch fails here. Per partition: the
+difference between a topic of 2 and one of 6, so the runs' fixed requests drop out."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections import Counter
+
+import pytest
+
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.gc import run_gc
+from ctp_state.reconcile import run_reconcile
+from ctp_state.settings import GcSettings, ReconcileSettings
+from ctp_state.storage import open_store
+from ctp_state.topics import create_topic
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+from bench_requests import RequestCounter
+
+EPOCHS = 4  # two whole cycles of the default idle lag (2): two ticks a partition
+
+
+def idle_cycle(s3_server, gate, partitions: int) -> dict[str, Counter[str]]:
+    """Requests by phase and operation over ``EPOCHS`` epochs of an idle topic, after a
+    warm-up of as many (every partition ticked, snapshotted, swept once)."""
+    store = open_store(s3_server.url(f"budget-{uuid.uuid4().hex[:8]}"), s3_server.env)
+    create_topic(store, "t", partitions)
+    assert ReconcileSettings().idle_lag == 2
+
+    def epoch(counter=None):
+        ClusterEpoch(store).advance()
+        with counter.phase("reconcile") if counter else _nothing():
+            s = run_reconcile(store)
+        with counter.phase("gc") if counter else _nothing():
+            g = run_gc(store, gate=gate, config=GcSettings())
+        assert s.ok and g.status == "ok", (s, g)
+
+    for _ in range(EPOCHS):
+        epoch()
+    with RequestCounter(store) as counter:
+        for _ in range(EPOCHS):
+            epoch(counter)
+    store.close()
+    return {p: Counter(c) for p, c in counter.calls.items()}
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def per_partition_epoch(few, many, d: int) -> dict[str, dict[str, float]]:
+    out = {}
+    for phase in ("reconcile", "gc"):
+        a, b = few.get(phase, Counter()), many.get(phase, Counter())
+        out[phase] = {op: (b[op] - a[op]) / (d * EPOCHS) for op in sorted(set(a) | set(b)) if b[op] != a[op]}
+    return out
+
+
+@pytest.mark.slow
+def test_an_idle_partitions_requests_per_epoch_by_operation(s3_server, gate):
+    few, many = idle_cycle(s3_server, gate, 2), idle_cycle(s3_server, gate, 6)
+    per = per_partition_epoch(few, many, 4)
+    # The reconcile: its probing read (the snapshot, a tail of at most one tick, the 404
+    # after it; a HEAD of the snapshot's own entry when the tail is empty); every other
+    # epoch a tick, after one page of a listing (never written into a hole); a snapshot
+    # every other tick. No LIST to read.
+    assert per["reconcile"] == {"GetObject": 3.0, "HeadObject": 0.25, "ListObjectsV2": 0.5, "PutObject": 0.75}, per
+    # The GC: a listing read (the snapshot, the log listed, the tail), and a listing of
+    # the partition's L1 files after each tick.
+    assert per["gc"] == {"GetObject": 2.0, "ListObjectsV2": 1.5}, per
