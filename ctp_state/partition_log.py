@@ -13,8 +13,9 @@ much), plus a HEAD of the snapshot's own entry when the tail is empty (a snapsho
 log does not reach is set aside, as with the listing). A log of create-if-absent
 appends has no holes, so the first missing key is its end -- unless the store lost
 entries in the middle, which only a listing can see (:class:`~ctp_state.errors.LogGap`).
-So a probing log lists before it writes instead: before each create, one page of the
-keys from its own on; any key after its own while its own is missing is a hole, and
+So a probing log lists before it writes instead: before a create, one page of the
+keys from its own on (not when its own create was the offset before: a reconcile's
+commit after its claim); any key after its own while its own is missing is a hole, and
 it refuses with ``LogGap`` rather than write into it (its own key there is a lost
 race). Writes are rarer than reads (an idle partition is written once every
 ``idle_lag`` epochs, read every epoch). Readers that decide from the state what to
@@ -143,6 +144,7 @@ class PartitionLog:
         self.recheck_after_s = DEFAULT_RECHECK_AFTER_S if recheck_after_s is None else recheck_after_s
         self._seen_at = time.monotonic()  # when this log was last read or written
         self.probe = probe
+        self._created = -2  # the offset of this log's last create (a probing log's next needs no listing)
         self.idle_snapshot_every = idle_snapshot_every
 
     def key(self, offset: int) -> str:
@@ -357,14 +359,14 @@ class PartitionLog:
         (see the module's docstring), with one page of a listing from its key on: a
         later key there and this one not is a :class:`LogGap`; this one there, a writer
         got ahead of this one (a lost race)."""
-        if self.probe:
+        if self.probe and offset != self._created + 1:  # (right after its own create, no hole can be before it)
             first = next(iter(self.store.list(self.prefix, start_after=self.key(offset - 1) if offset else None)), None)
             if first is not None:
                 if first.key != key:
                     raise LogGap(first.key, offset, layout.log_offset_of(first.key, self.prefix))
                 return False
         try:
-            return create_once(
+            created = create_once(
                 self.store,
                 key,
                 data,
@@ -372,6 +374,9 @@ class PartitionLog:
                 backoff_s=self.resolve_backoff_s,
                 sleep=self._sleep,
             )
+            if created:
+                self._created = offset
+            return created
         except CreateOutcomeUnknown as e:
             raise OutcomeUnknown(self.topic, self.partition, offset, e.cause) from None
 

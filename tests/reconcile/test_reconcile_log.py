@@ -29,16 +29,16 @@ def idle_reconcile_counts(store, topic: str, partitions: int) -> dict[str, int]:
 
 def test_an_idle_partitions_advance_is_one_object_write_and_no_snapshot(store):
     """The request budget of an idle partition (R6 in one ``tick`` entry): per
-    partition, one read of its state by GETs (no listing) and one write, the tick; no
-    claim, no release, no read-back, no snapshot. Counted as the
+    partition, one read of its state by GETs and one write, the tick, with the listing
+    that guards it; no claim, no release, no read-back, no snapshot. Counted as the
     difference between 4 and 12 partitions, so a run's own fixed requests drop out: a
     change that adds a request per idle partition fails here."""
     idle_reconcile_counts(store, "warm", 1)  # the run summaries' sequence has begun
     few, many = idle_reconcile_counts(store, "a", 4), idle_reconcile_counts(store, "b", 12)
     per = {verb: n for verb in set(few) | set(many) if (n := (many.get(verb, 0) - few.get(verb, 0)) / 8)}
-    # GETs of the snapshot (none yet), the init entry and the next key (none: no LIST);
-    # the tick, after a HEAD of the key after it (never written into a hole)
-    assert per == {"get": 3, "head": 1, "put": 1}, (few, many)
+    # GETs of the snapshot (none yet), the init entry and the next key (none: no LIST
+    # to read); the tick, after one page of a listing (never written into a hole)
+    assert per == {"get": 3, "list": 1, "put": 1}, (few, many)
     for p in range(12):
         assert _kinds(store, "b", p) == [("init", False), ("tick", False)]
         st = plog(store, "b", p).read_state()
