@@ -104,7 +104,11 @@ def gc(
                 f"deleted {rec.deleted} L0 objects ({rec.deleted_bytes} bytes) and "
                 f"{rec.l1_orphans_deleted} L1 orphans and {rec.l1_retired_deleted} replaced L1 files "
                 f"({rec.l1_retired_kept} kept for later"
-                + (f", {rec.l1_dropped_held} of them dropped by a trim nothing allows now" if rec.l1_dropped_held else "")
+                + (
+                    f", {rec.l1_dropped_held} of them dropped by a trim nothing allows now"
+                    if rec.l1_dropped_held
+                    else ""
+                )
                 + f"); {rec.delete_errors} failed"
             )
         click.echo(

@@ -271,7 +271,9 @@ def sweep_partition(
         # what retention.bytes weighs: the files it keeps (committed) or also let go
         dropped_keys = {d.key for d in res.dropped}
         kept = [
-            (_range(k)[0], i.size) for k, i in listed.items() if k in every or k in inp.all_committed or k in dropped_keys
+            (_range(k)[0], i.size)
+            for k, i in listed.items()
+            if k in every or k in inp.all_committed or k in dropped_keys
         ]
         res.dropped = [replace(d, newer_bytes=sum(n for f, n in kept if f > d.last)) for d in res.dropped]
     res.swept_through = new_w

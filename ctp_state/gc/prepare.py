@@ -323,7 +323,9 @@ def _hold_what_nothing_allows(
             ok, why = authorize_drop(v, d, retention.get(v.topic, (None, None)), now_ms)
             if not ok:
                 held.add(d.key)
-                log.warning("%s/%d: L1 file %s kept: its trim is not allowed now (%s)", v.topic, v.partition, d.key, why)
+                log.warning(
+                    "%s/%d: L1 file %s kept: its trim is not allowed now (%s)", v.topic, v.partition, d.key, why
+                )
             judged.append((d, ok, why))
         if held:
             s.retired = [o for o in s.retired if o.key not in held]
