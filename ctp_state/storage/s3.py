@@ -126,7 +126,8 @@ class S3Store(ObjectStore):
             raise self._fail("conditional PUT", key, e) from None
 
     def _listed(self, prefix: str, start_after: str | None) -> Iterator[dict[str, Any]]:
-        """The objects ListObjectsV2 answers, page after page, in the server's order."""
+        """The objects ListObjectsV2 answers, page after page, in the server's order,
+        but folder markers (see :func:`_folder`)."""
         kwargs: dict[str, str] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}  # list_objects_v2's
         if start_after:
             kwargs["StartAfter"] = self.prefix + start_after
@@ -135,7 +136,7 @@ class S3Store(ObjectStore):
                 page = self._s3.list_objects_v2(**kwargs)
             except self._ClientError as e:
                 raise self._fail("LIST", prefix or "/", e) from None
-            yield from page.get("Contents", ())
+            yield from (o for o in page.get("Contents", ()) if not _folder(o))
             if not page.get("IsTruncated"):
                 return
             kwargs.pop("StartAfter", None)
@@ -180,6 +181,7 @@ class S3Store(ObjectStore):
             files.extend(
                 ObjectInfo(o["Key"][n:], int(o["Size"]), o["LastModified"].timestamp())
                 for o in page.get("Contents", ())
+                if not _folder(o)
             )
             if not page.get("IsTruncated"):
                 # Some servers (SeaweedFS) order one level by name without the trailing
@@ -224,6 +226,14 @@ class S3Store(ObjectStore):
 
     def close(self) -> None:
         self._s3.close()
+
+
+def _folder(obj: dict[str, Any]) -> bool:
+    """A folder marker: an empty object whose key ends in '/'. S3 consoles make them, and
+    SeaweedFS answers a listing of a folder it is removing (its last object deleted)
+    with the folder itself as one. ctp never writes such a key (every key it writes
+    ends in a file name), so a marker is nothing of ctp's: not an object, not a stray."""
+    return int(obj.get("Size", 0)) == 0 and str(obj.get("Key", "")).endswith("/")
 
 
 def open_s3(parsed: ParseResult, url: str, env: Mapping[str, str], create: bool = True) -> S3Store:
