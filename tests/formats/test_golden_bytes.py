@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ctp_state import entries as en, layout, snapshot, state as sm
-from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release, Seal
+from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release, Seal, Tick
 from ctp_state.errors import CorruptData
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -41,6 +41,7 @@ def golden_entries() -> dict[str, en.Entry]:
         "claim_wait": Claim(4, "w", AccessMode.WAIT_FOR_EXCLUSIVE, 61_000, 1_000),
         "release": Release("reconciler:1", 2),
         "seal": Seal(1_700_000_000_000),
+        "tick": Tick(3, 2, "reconciler:1"),  # version 5
     }
 
 
