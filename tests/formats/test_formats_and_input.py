@@ -112,7 +112,7 @@ def test_an_entry_whose_bytes_changed_fails_its_checksum_naming_the_key():
         (b'{"v":1,"kind":"init","epoch":"7"}', "Expected `int`, got `str`"),
         (b'{"v":1,"kind":"bogus"}', "unknown entry kind"),
         (b'{"v":1,"kind":"init","epoch":1,"extra":2}', "unknown field `extra`"),
-        (b'{"v":5,"kind":"init","epoch":1}', "entry version 5 is not supported"),
+        (b'{"v":6,"kind":"init","epoch":1}', "entry version 6 is not supported"),
         (b'{"v":2,"kind":"init","epoch":1}', "version 2 entry has no checksum"),
         (b'{"v":3,"kind":"advance","epoch":1,"writer_epoch":1,"release_owner":"r"}', "version 3 entry has no checksum"),
         (b'{"v":1,"kind":"init","epoch":1,"crc":"00000000"}', "fails its CRC32C check"),
