@@ -49,6 +49,7 @@ TABLES_ROOT = "tables/"
 GC_HISTORY = "gc/history/"
 GC_PARTITIONS = "gc/partitions/"
 GC_DELETES = "gc/deleted/"
+GC_PACKS = "gc/packs/"
 REPORTS = "reports/gc/"
 _SEQ_RE = re.compile(r"([0-9]{20})\.json")
 

@@ -308,6 +308,12 @@ class GcRecord(StoredRecord, frozen=True, kw_only=True):
     m_high_water: int | None = None  # the highest M any passing run recorded, up to this one
     partitions: int = 0
     partitions_key: str | None = None  # gc/partitions/<seq>-<run id>.parquet: this run's GcPartitionView rows
+    # The state pack (ctp_state.gc.pack): the states this run decided on, for the next run
+    pack_key: str | None = None  # gc/packs/<seq>-<run id>.pack
+    pack_crc32c: int | None = None
+    pack_full_seq: int | None = None  # the run that last read every partition from its log
+    pack_summary_seq: int | None = None  # the newest reconcile summary when this run read the states
+    partitions_read: int | None = None  # of ``partitions``, read from their logs (the rest from the pack)
     summary_run_id: str | None = None
     m_digest: str | None = None
     history_skipped: tuple[HistorySkip, ...] = ()

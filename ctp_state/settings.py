@@ -214,6 +214,14 @@ class GcSettings:
         None, "max-deletes", "Delete at most this many L0 objects (lowest epochs first).", kind=int, minimum=0
     )
     in_flight: int = knob(4, "in-flight", "DeleteObjects batches in flight.", kind=int, minimum=1)
+    full_read_every: int = knob(
+        12,
+        "full-read-every",
+        "Read every partition's state log at least once in this many runs; the runs between start from "
+        "the previous run's state pack and read only the partitions that changed (1: every run).",
+        kind=int,
+        minimum=1,
+    )
     l1_full_sweep_s: float = knob(
         86400.0,
         "l1-full-sweep-hours",

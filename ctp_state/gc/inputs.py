@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
-from ctp_state import state as sm
+from ctp_state import entries as en, state as sm, window
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import CtpError, StateUnreadable
+from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, StateUnreadable
 from ctp_state.incarnations import NameState, all_names
+from ctp_state.partition_log import PartitionLog
 from ctp_state.partition_state import L1Ref, committed_files
 from ctp_state.records import GcPartitionView, ReconcileSummary
 from ctp_state.status import reconcile_summaries, try_read_partition_states, unaccounted_logs
@@ -51,6 +53,14 @@ class PartitionView:
     start_offset: int = 0
     l1_changed_log_offset: int = -1
     deleted_to: int = 0
+    #: Where the state came from: "log" (read from the partition's log this run), "pack"
+    #: (the previous run's state pack, unchanged) or "tick" (the pack's state and the
+    #: ticks the reconciler said it wrote, read by GETs). A view not from "log" is older
+    #: than the log may be: it decides M (stale-safe), never what is an orphan.
+    read: str = "log"
+    #: The log end offset from which every entry is a tick (-1: not known): entries that
+    #: change no L1 file, so an L1 sweep need not list after them.
+    ticks_from: int = -1
 
     def l1_after(self, w: int) -> tuple[L1Ref, ...]:
         """The committed L1 files whose records come after offset ``w``."""
@@ -72,7 +82,9 @@ class PartitionView:
         return None if self.min_epoch_lower_bound is None else self.min_epoch_lower_bound - 1
 
     @classmethod
-    def of_state(cls, s: sm.PartitionState, topic_id: str | None = None) -> PartitionView:
+    def of_state(
+        cls, s: sm.PartitionState, topic_id: str | None = None, read: str = "log", ticks_from: int = -1
+    ) -> PartitionView:
         return cls(
             s.topic,
             s.partition,
@@ -97,6 +109,8 @@ class PartitionView:
             s.start_offset,
             s.l1_changed_log_offset,
             s.deleted_to,
+            read,
+            ticks_from,
         )
 
 
@@ -111,6 +125,20 @@ def newest_summary(store: ObjectStore) -> ReconcileSummary | None:
 
 
 @dataclass(frozen=True)
+class PackBase:
+    """Where a run may start from instead of every partition's log: the states of the
+    previous run's pack by ``(topic, partition)``, and the log end offsets of the
+    partitions the reconciler advanced since (from its summaries: the ticks it wrote)."""
+
+    states: dict[tuple[str, int], sm.PartitionState]
+    #: ``(topic, partition) -> (log end offset, advanced only)``: the newest log end a
+    #: summary reported, and whether every summary that reported it said only
+    #: "advanced" or "idle" (anything else -- reconciled, a claim held -- is read from
+    #: the log).
+    hints: dict[tuple[str, int], tuple[int, bool]]
+
+
+@dataclass(frozen=True)
 class Gathered:
     c: int
     views: list[PartitionView]
@@ -119,6 +147,9 @@ class Gathered:
     deleted: frozenset[tuple[str, str]]
     #: Every name as its history says (deleting incarnations: the GC removes their state).
     names: list[NameState]
+    #: The states the views were made of, in the same order (what this run's pack holds).
+    states: list[sm.PartitionState] = field(default_factory=list)
+    read_from_logs: int = 0  # how many were read from their logs (the rest: the pack)
 
 
 def gather(store: ObjectStore, *, threads: int = 32) -> tuple[int, list[PartitionView]]:
@@ -126,24 +157,67 @@ def gather(store: ObjectStore, *, threads: int = 32) -> tuple[int, list[Partitio
     return g.c, g.views
 
 
-def gather_all(store: ObjectStore, *, threads: int = 32) -> Gathered:
+def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None = None) -> Gathered:
     """C first, then every live topic's partitions' states from their logs (R4); a
     deleted incarnation's partitions do not count (R10). Raises
-    :class:`StateUnreadable`, naming every partition that does not read, if any."""
+    :class:`StateUnreadable`, naming every partition that does not read, if any.
+
+    With ``pack``, a partition the pack holds (same incarnation) keeps the pack's state,
+    or, where the reconciler advanced it since, that state plus the entries it says are
+    there, read by GETs, if every one is there and is a tick. Any other partition -- new,
+    written to by anyone else, or an entry missing or not a tick -- is read from its log."""
     c = ClusterEpoch(store).current()
     names = all_names(store)
     topics = [st.current for st in names if st.current is not None]
     wanted: list[tuple[Topic | str, int]] = [(t, p) for t in topics for p in range(t.partitions)]
+    got: list[sm.PartitionState | None] = [None] * len(wanted)
+    how: list[tuple[str, int]] = [("log", -1)] * len(wanted)
+    if pack is not None:
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            for i, r in enumerate(pool.map(lambda job: _from_pack(store, pack, *job), wanted, chunksize=64)):
+                if r is not None:
+                    got[i], how[i] = r[0], (r[1], r[2])
+    todo = [i for i, s in enumerate(got) if s is None]
     # Listing reads, never probing ones (``PartitionLog``): what the GC deletes follows
     # from the states, and a log read short of a lost entry would hide what it committed.
-    states, problems = try_read_partition_states(store, wanted, threads=threads)
+    read, problems = try_read_partition_states(store, [wanted[i] for i in todo], threads=threads)
+    for i, s in zip(todo, read):
+        got[i] = s
     problems += unaccounted_logs(store, topics, names)
     if problems:
         raise StateUnreadable(problems)
     ids = {t.name: t.id for t in topics}
-    views = [PartitionView.of_state(s, ids[s.topic]) for s in states]  # type: ignore[arg-type,union-attr]
+    states = [s for s in got if s is not None]
+    views = [PartitionView.of_state(s, ids[s.topic], *h) for s, h in zip(states, how)]
     deleted = frozenset((st.name, t.incarnation) for st in names for t in st.deleted)
-    return Gathered(c, views, deleted, names)
+    return Gathered(c, views, deleted, names, states, len(todo))
+
+
+def _from_pack(store: ObjectStore, pack: PackBase, t: Topic | str, p: int) -> tuple[sm.PartitionState, str, int] | None:
+    """The partition's state from the pack: as it is, or with the ticks the reconciler
+    said it wrote (``(state, read, ticks_from)``); None: read it from its log."""
+    name = t if isinstance(t, str) else t.name
+    key_id = None if isinstance(t, str) else t.key_id
+    base = pack.states.get((name, p))
+    if base is None or base.topic_id != key_id or not base.initialized:
+        return None
+    end, advanced_only = pack.hints.get((name, p), (-1, True))
+    if end <= base.applied_offset + 1:
+        return base, "pack", base.applied_offset + 1
+    if not advanced_only:
+        return None
+    log = PartitionLog(store, name, p, topic_id=key_id)
+    s = base
+    for offset in range(base.applied_offset + 1, end):
+        key = log.key(offset)
+        try:
+            entry = en.decode(store.get(key), key)
+        except (ObjectNotFound, CorruptData):
+            return None  # the log decides: a gap or a bad entry is found by its listing read
+        if not isinstance(entry, en.Tick):
+            return None
+        s = sm.apply(s, offset, entry).state
+    return window.recover(s), "tick", base.applied_offset + 1
 
 
 def vanished(

@@ -32,11 +32,12 @@ import pyarrow as pa
 from ctp_state import layout
 from ctp_state.codec import JsonObject
 from ctp_state.deletion import store_now
-from ctp_state.errors import StateUnreadable
+from ctp_state.errors import CorruptData, ObjectNotFound, StateUnreadable
 from ctp_state.gc import l1_sweep
 from ctp_state.gc.alert import m_alert
 from ctp_state.gc.history import GcHistory, high_water, reference_view
-from ctp_state.gc.inputs import PartitionView, gather_all, newest_summary, quarantined_of, vanished
+from ctp_state.gc.inputs import PackBase, PartitionView, gather_all, newest_summary, quarantined_of, vanished
+from ctp_state.gc.pack import decode_pack
 from ctp_state.gc.safe_epoch import Holdback, MDecision, PartitionStatus, compute_m, partition_status
 from ctp_state.gc.table_hook import TableHeads, TableHook
 from ctp_state.gc.tables import (
@@ -49,8 +50,10 @@ from ctp_state.gc.tables import (
     table_partitions_table,
 )
 from ctp_state.incarnations import NameState
-from ctp_state.records import GcAlert, GcRecord, HeldBy
+from ctp_state.records import GcAlert, GcPartitionView, GcRecord, HeldBy
 from ctp_state.settings import GcSettings
+from ctp_state.state import PartitionState
+from ctp_state.status import reconcile_summaries
 from ctp_state.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,10 @@ class Prepared:
     tail: list[GcRecord] = field(default_factory=list)  # the newest history records that read
     names: list[NameState] = field(default_factory=list)  # every topic name (deleted incarnations to remove)
     table_heads: TableHeads = field(default_factory=TableHeads)  # the topics' tables, read before the states
+    pack_states: list[PartitionState] = field(default_factory=list)  # the states decided on (this run's pack)
+    pack_full_seq: int | None = None  # the run that last read every log (None: this one did)
+    pack_summary_seq: int = -1  # the newest reconcile summary before the states were read
+    partitions_read: int = 0  # states read from their logs (the rest came from the pack)
 
 
 def prepare(
@@ -122,9 +129,17 @@ def prepare(
     passed = [r for r in tail if r.passed]
     hw_before = high_water(tail)
 
+    # The reference for lower bounds and L1 watermarks: the newest passing run's view
+    # that reads (a dry run's view carries the watermarks it was given, unchanged).
+    ref, pt = reference_view(history, passed, skipped)
+    last_full = ref.l1_full_sweep_ms if ref else None
+    full = last_full is None or started_ms - last_full >= config.l1_full_sweep_s * 1000
+
     on_progress("read", 0, 1)
     heads = tables.heads() if tables is not None else TableHeads()
-    gathered = gather_all(store, threads=config.read_threads)
+    summary_seq = reconcile_summaries(store).last()  # before the states: its entries are in them
+    base, pack_full_seq = (None, None) if full else _pack_base(store, passed, pt, summary_seq, last + 1, config)
+    gathered = gather_all(store, threads=config.read_threads, pack=base)
     c, views = gathered.c, gathered.views
     summary = newest_summary(store)
     summary_used = summary.run_id if summary else None
@@ -148,9 +163,6 @@ def prepare(
     previous_lb: dict[tuple[str, int], int] = {}
     previous_start: dict[tuple[str, int], int] = {}
     watermarks: dict[tuple[str, int], tuple[int, int]] = {}
-    # The reference for lower bounds and L1 watermarks: the newest passing run's view
-    # that reads (a dry run's view carries the watermarks it was given, unchanged).
-    ref, pt = reference_view(history, passed, skipped)
     if ref:
         # What the reference run learnt of a partition holds only for the same incarnation
         # of its topic: a topic deleted and created again (with any partition count)
@@ -169,17 +181,20 @@ def prepare(
 
     # Every partition's new committed L1 files are checked (their L0 sources may go this
     # run); orphans are collected only where no claim is live (a reconciler may be
-    # writing) and in the topics asked for. Once a period, every L1 file is listed.
-    last_full = ref.l1_full_sweep_ms if ref else None
-    full = last_full is None or started_ms - last_full >= config.l1_full_sweep_s * 1000
+    # writing), in the topics asked for, and from states read from the logs this run (a
+    # pack's state may not know a commit). Once a period, every L1 file is listed.
     inputs = []
     for v in views:
         if not v.initialized:
             continue
         w, log_end = watermarks.get((v.topic, v.partition), (-1, -1))
+        if 0 <= v.ticks_from <= log_end:
+            log_end = v.log_end_offset  # only ticks since the last sweep: no L1 file changed
         changed_p = v.l1_changed_log_offset >= 0  # compacted or trimmed (R11)
-        collect = not any(h.lease_until_ms > started_ms for h in v.holders) and (
-            not config.sweep_topics or v.topic in config.sweep_topics
+        collect = (
+            v.read == "log"
+            and not any(h.lease_until_ms > started_ms for h in v.holders)
+            and (not config.sweep_topics or v.topic in config.sweep_topics)
         )
         inputs.append(
             l1_sweep.SweepInput(
@@ -266,7 +281,73 @@ def prepare(
         tail=tail,
         names=gathered.names,
         table_heads=heads,
+        pack_states=gathered.states,
+        pack_full_seq=pack_full_seq,
+        pack_summary_seq=summary_seq,
+        partitions_read=gathered.read_from_logs,
     )
+
+
+#: More reconcile summaries than this since a pack: read every partition from its log
+#: instead of reading them all for hints.
+MAX_HINT_SUMMARIES = 16
+
+
+def _pack_base(
+    store: ObjectStore,
+    passed: list[GcRecord],
+    reference: list[GcPartitionView],
+    summary_seq: int,
+    seq: int,
+    config: GcSettings,
+) -> tuple[PackBase | None, int | None]:
+    """The state pack of the newest passing run (if it wrote one), and the hints of the
+    reconcile summaries since it read its states (``(None, None)``: read every partition
+    from its log: no pack, one that does not read, a full read due, or too many
+    summaries). Also the seq of the run that last read every partition.
+
+    A partition whose last L1 sweep left files behind (its watermark before its last
+    reconciled offset or its log end: an orphan still young, a retired file within the
+    reader grace) is left out of the pack's states: it is read from its log, so the
+    sweep can delete them (only a state read from the log may say a file is an orphan
+    or retired)."""
+    rec = passed[-1] if passed else None  # the run whose views are this run's reference
+    if rec is None or not rec.pack_key or rec.pack_crc32c is None or rec.pack_full_seq is None:
+        return None, None
+    if rec.pack_summary_seq is None:
+        return None, None
+    if seq - rec.pack_full_seq >= config.full_read_every or summary_seq - rec.pack_summary_seq > MAX_HINT_SUMMARIES:
+        return None, None
+    try:
+        packed = decode_pack(
+            store.get(rec.pack_key),
+            rec.pack_key,
+            seq=rec.seq,
+            run_id=rec.run_id,
+            crc32c=rec.pack_crc32c,
+        )
+    except (CorruptData, ObjectNotFound) as e:
+        log.info("not starting from the state pack of GC run %d: %s; reading every partition's log", rec.seq, e)
+        return None, None
+    hints: dict[tuple[str, int], tuple[int, bool]] = {}
+    summaries = reconcile_summaries(store)
+    for n in range(rec.pack_summary_seq + 1, summary_seq + 1):
+        try:
+            summary = summaries.get(n)
+        except (CorruptData, ObjectNotFound):
+            continue  # fewer hints: those partitions keep the pack's (older) state
+        for r in summary.partitions:
+            if r.state is not None:
+                tp = (r.topic, r.partition)
+                end, ticks = hints.get(tp, (-1, True))
+                hints[tp] = (max(end, r.state.log_end_offset), ticks and r.status in ("advanced", "idle"))
+    unswept = {
+        (r.topic, r.partition)
+        for r in reference
+        if r.l1_swept_through < r.last_reconciled_offset or r.l1_swept_log_end < r.log_end_offset
+    }
+    states = {(s.topic, s.partition): s for s in packed if (s.topic, s.partition) not in unswept}
+    return PackBase(states, hints), rec.pack_full_seq
 
 
 def _spare_what_tables_name(

@@ -20,12 +20,14 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from ctp_state import crashpoints, deletion, layout
+from ctp_state.codec import crc32c
 from ctp_state.errors import CtpError, GateFailed, StateUnreadable
 from ctp_state.gc.delete import GcCounters, delete_objects, plan_l0_deletes
 from ctp_state.gc.history import PASSED, GcHistory, high_water
 from ctp_state.gc.inputs import m_digest
 from ctp_state.gc.outcome import Outcome, RunFacts, counts
-from ctp_state.gc.prepare import Gate, check, held_by, prepare
+from ctp_state.gc.pack import encode_pack, pack_key, pack_seq
+from ctp_state.gc.prepare import Gate, Prepared, check, held_by, prepare
 from ctp_state.gc.table_hook import TableHook, TableSweep
 from ctp_state.gc.tables import (
     deletes_table,
@@ -120,7 +122,10 @@ def run_gc(
                 else None
             )
             listed = history.write_deletes(seq, deletes, p.run_id) if deletes is not None else None
-            written.setdefault(seq, []).extend(k for k in (view, listed) if k is not None)
+            # The states this run decided on, for the next run to start from: only a run
+            # whose gate passed, and that is not superseded, leaves one.
+            pack = write_pack(store, seq, p) if with_view and status in PASSED else None
+            written.setdefault(seq, []).extend(k for k in (view, listed, pack and pack[0]) if k is not None)
             crashpoints.reached("gc_before_record")
             return GcRecord(
                 **base,
@@ -131,11 +136,18 @@ def run_gc(
                 m_high_water=hw,
                 partitions_key=view,
                 deletes_key=listed,
+                pack_key=pack and pack[0],
+                pack_crc32c=pack and pack[1],
+                pack_full_seq=(seq if p.pack_full_seq is None else p.pack_full_seq) if pack else None,
+                pack_summary_seq=p.pack_summary_seq if pack else None,
+                partitions_read=p.partitions_read,
             )
 
         rec: GcRecord | None = None
         try:
             rec = history.append(make)
+            if rec.pack_key:
+                drop_old_packs(store, rec.seq)
             return rec
         finally:
             # A seq lost to a concurrent GC leaves files no record names: this run's own,
@@ -326,6 +338,34 @@ def run_gc(
         marks=p.new_marks if not l1_res.delete_errors else None,
         deletes=deletes(todo),
     )
+
+
+#: State packs kept behind the newest run's (a run that read the history just before a
+#: newer one landed still finds the pack it starts from).
+KEEP_PACKS = 2
+
+
+def write_pack(store: ObjectStore, seq: int, p: Prepared) -> tuple[str, int]:
+    """Write the run's state pack for record ``seq``; ``(key, CRC32C)``."""
+    data = encode_pack(seq, p.run_id, p.pack_states)
+    key = pack_key(seq, p.run_id)
+    store.put(key, data)
+    return key, crc32c(data)
+
+
+def drop_old_packs(store: ObjectStore, seq: int) -> None:
+    """Delete the packs of runs more than :data:`KEEP_PACKS` before ``seq`` (a cache:
+    one left behind costs bytes, and the next run tries again)."""
+    try:
+        old = [
+            i.key
+            for i in store.list(layout.GC_PACKS, end_before=f"{layout.GC_PACKS}{max(0, seq - KEEP_PACKS):020d}")
+            if pack_seq(i.key) is not None
+        ]
+        if old:
+            store.delete_many(old)
+    except CtpError as e:
+        log.warning("could not delete old GC state packs: %s", e)
 
 
 def gc_run_orphans(store: ObjectStore, tail: list[GcRecord], last_seq: int) -> list[ObjectInfo]:

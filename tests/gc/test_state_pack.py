@@ -1,0 +1,185 @@
+"""The GC's state pack (docs/design.md, section 14): a run starts from the states the
+previous passing run decided on, reads only the partitions the reconciler says it
+touched, and reads every log every ``full_read_every`` runs. A pack is a cache: one
+that is damaged, another run's or another store's, or stale, costs reads and never
+raises M, never passes a pending placeholder, and never lets the L1 sweep take a
+committed file for an orphan. On both stores, behind the real gate."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctp_state import layout
+from ctp_state.compact import run_compaction
+from ctp_state.entries import AccessMode
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.gc import gather, run_gc
+from ctp_state.gc.history import GcHistory
+from ctp_state.gc.pack import decode_pack, pack_seq
+from ctp_state.l0 import Record
+from ctp_state.producer import Producer
+from ctp_state.reconcile import run_reconcile
+from ctp_state.records import PartitionFacts, PartitionReport, ReconcileSummary
+from ctp_state.settings import CompactSettings, GcSettings
+from ctp_state.status import reconcile_summaries
+from ctp_state.storage import LocalStore
+from ctp_state.topics import create_topic
+from tests.compact.test_compaction import many_small_files
+from tests.support import assert_exactly_once, plog
+
+P = 4
+
+
+def epoch(store, gate, config=GcSettings()):
+    """One round of an idle topic: advance, reconcile, GC."""
+    ClusterEpoch(store).advance()
+    assert run_reconcile(store).ok
+    rec = run_gc(store, gate=gate, config=config)
+    assert rec.status == "ok", rec.gate.failures if rec.gate else rec.error
+    return rec
+
+
+def true_m(store) -> int:
+    """M from every partition's log (no pack), for comparison."""
+    c, views = gather(store)
+    return min([c - 1, *(v.m for v in views)])
+
+
+def test_an_idle_topics_gc_reads_its_logs_once_then_only_the_ticks(store, gate):
+    create_topic(store, "t", P)
+    recs = [epoch(store, gate) for _ in range(6)]
+    assert recs[0].partitions_read == P  # no pack yet: every log
+    assert [r.partitions_read for r in recs[1:]] == [0] * 5
+    assert all(r.pack_key and r.pack_full_seq == recs[0].seq for r in recs)
+    # M moves as a run that reads every log would have it, run after run
+    assert recs[-1].m == true_m(store) and recs[-1].m > recs[1].m
+    # the pack holds exactly the states of the partitions, and old packs go
+    last = recs[-1]
+    states = decode_pack(
+        store.get(last.pack_key), last.pack_key, seq=last.seq, run_id=last.run_id, crc32c=last.pack_crc32c
+    )
+    assert sorted((s.topic, s.partition) for s in states) == [("t", p) for p in range(P)]
+    assert {s.applied_offset for s in states} == {plog(store, "t", 0).read_state().applied_offset}
+    assert sorted(pack_seq(o.key) for o in store.list(layout.GC_PACKS)) == [last.seq - 2, last.seq - 1, last.seq]
+
+
+def test_every_nth_run_reads_every_log(store, gate):
+    create_topic(store, "t", P)
+    recs = [epoch(store, gate, GcSettings(full_read_every=3)) for _ in range(7)]
+    assert [r.partitions_read for r in recs] == [P, 0, 0, P, 0, 0, P]
+    assert [r.pack_full_seq for r in recs] == [0, 0, 0, 3, 3, 3, 6]
+
+
+def corrupt(store, key: str, how) -> None:
+    data = store.get(key)
+    store.delete_many([key])
+    store.put(key, how(data))
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        pytest.param(lambda d: d[:-7], id="cut-short"),
+        pytest.param(lambda d: d[:40] + bytes([d[40] ^ 1]) + d[41:], id="a-flipped-bit"),
+        pytest.param(lambda d: b"", id="empty"),
+    ],
+)
+def test_a_damaged_pack_is_not_used_and_the_run_reads_every_log(store, gate, how):
+    create_topic(store, "t", P)
+    first = [epoch(store, gate) for _ in range(3)][-1]
+    corrupt(store, first.pack_key, how)
+    rec = epoch(store, gate)
+    assert rec.partitions_read == P and rec.m == true_m(store)
+    assert rec.pack_full_seq == rec.seq  # it read everything: the next run starts from its pack
+    assert epoch(store, gate).partitions_read == 0
+
+
+def test_a_pack_from_another_store_or_an_older_run_is_not_used(store, gate, tmp_path):
+    other = LocalStore(str(tmp_path / "other"))
+    create_topic(store, "t", P)
+    create_topic(other, "t", P)
+    for _ in range(5):  # the other store's partitions are further on
+        epoch(other, gate)
+    theirs = GcHistory(other).get(GcHistory(other).last_seq()).pack_key
+    recs = [epoch(store, gate) for _ in range(3)]
+    for planted in (other.get(theirs), store.get(recs[0].pack_key)):
+        corrupt(store, recs[-1].pack_key, lambda d, planted=planted: planted)
+        rec = epoch(store, gate)
+        assert rec.partitions_read == P and rec.m == true_m(store)
+        recs.append(rec)
+
+
+def test_a_placeholder_written_after_the_pack_is_never_passed_by_m(store, gate):
+    """The pack's state of an idle partition does not know a producer's placeholder
+    that came after it (nothing hints it until a reconcile reports it): M from the older
+    state is below the placeholder's epoch, and its L0 object stays."""
+    create_topic(store, "t", P)
+    for _ in range(4):
+        epoch(store, gate)
+    with Producer(store, epoch_ttl_s=0) as prod:
+        got = prod.write([(("t", 0), [Record(b"late")])])[0]
+    assert got.accepted
+    placeholder_epoch = layout.parse_l0_key(got.l0_key)[1]
+    for _ in range(3):  # C moves, no reconcile: no summary hints the placeholder
+        ClusterEpoch(store).advance()
+        rec = run_gc(store, gate=gate)
+        assert rec.status == "ok" and rec.partitions_read == 0
+        assert rec.m < placeholder_epoch
+        assert store.head(got.l0_key) is not None
+    # the next reconcile reports the partition reconciled: it is read from its log
+    rec = epoch(store, gate)
+    assert rec.partitions_read >= 1 and rec.m == true_m(store)
+    assert_exactly_once(store, "t", {0: [Record(b"late")], 1: [], 2: [], 3: []}, all_in_l1=True)
+
+
+def forged_summary(store, reports) -> None:
+    reconcile_summaries(store).append(
+        lambda seq: ReconcileSummary(
+            run_id="forged", started_ms=0, finished_ms=0, seconds=0, cluster_epoch=0, idle_lag=2, partitions=reports
+        )
+    )
+
+
+def report(p: int, status: str, log_end: int) -> PartitionReport:
+    return PartitionReport(
+        topic="t",
+        partition=p,
+        status=status,
+        state=PartitionFacts(topic="t", partition=p, initialized=True, log_end_offset=log_end),
+    )
+
+
+def test_a_forged_or_wrong_hint_costs_a_read_and_nothing_else(store, gate):
+    create_topic(store, "t", P)
+    for _ in range(3):
+        epoch(store, gate)
+    end = plog(store, "t", 0).read_state().applied_offset + 1
+    # entries that are not there; a claim that is not a tick; a hint of the past
+    forged_summary(store, (report(0, "advanced", end + 5), report(1, "reconciled", end + 1), report(2, "advanced", 1)))
+    plog(store, "t", 3).claim(plog(store, "t", 3).read_state(), "someone", AccessMode.EXCLUSIVE, lease_ms=0)
+    forged_summary(store, (report(3, "advanced", end + 1),))
+    rec = run_gc(store, gate=gate)
+    assert rec.status == "ok" and rec.partitions_read == 3  # 0, 1 and 3 from their logs; 2 from the pack
+    assert rec.m == true_m(store)
+
+
+def test_a_compaction_the_pack_does_not_know_is_never_taken_for_an_orphan(store, gate):
+    """The compactor's commit is no reconcile's: nothing hints it, and the pack's state
+    does not name its file. The L1 sweep collects orphans only from states read from the
+    logs, so the compacted file stays until a run reads the log, which then retires the
+    files it replaced."""
+    sent = many_small_files(store)
+    now = GcSettings(l1_grace_s=0, l1_reader_grace_s=0, full_read_every=4)
+    first = run_gc(store, gate=gate, config=now)
+    assert first.status == "ok" and first.partitions_read == 2
+    run_compaction(store, config=CompactSettings(max_small_files=2, target_file_bytes=1 << 20))
+    compacted = {f.key for p in range(2) for f in plog(store, "t", p).read_state().committed_l1_files()}
+    runs = []
+    while not runs or runs[-1].partitions_read == 0:
+        runs.append(run_gc(store, gate=gate, config=now))
+        assert runs[-1].status == "ok" and runs[-1].l1_orphans == 0
+        assert all(store.head(k) is not None for k in compacted)
+        assert_exactly_once(store, "t", sent)
+    assert len(runs) == 4 and runs[-1].l1_retired_deleted == 12
+    assert {o.key for o in store.list(layout.L1_ROOT)} == compacted
+    assert_exactly_once(store, "t", sent)
