@@ -41,6 +41,7 @@ def _gc_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     GcSettings,
     [
         "l1_full_sweep_s",
+        "full_read_every",
         "tmp_grace_s",
         "topic_removal_grace_s",
         "alert_stall_runs",
