@@ -136,6 +136,9 @@ class PackBase:
     #: "advanced" or "idle" (anything else -- reconciled, a claim held -- is read from
     #: the log).
     hints: dict[tuple[str, int], tuple[int, bool]]
+    #: The store's clock (ms) just before the pack's run read its states: a state's last
+    #: entry must be older than that, or the log changed under the pack (see _from_pack).
+    read_at_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -202,11 +205,21 @@ def _from_pack(store: ObjectStore, pack: PackBase, t: Topic | str, p: int) -> tu
     if base is None or base.topic_id != key_id or not base.initialized:
         return None
     end, advanced_only = pack.hints.get((name, p), (-1, True))
+    if 0 <= end < base.applied_offset + 1 or (end > base.applied_offset + 1 and not advanced_only):
+        return None  # a reconcile saw a shorter log than the pack (the log went back), or work
+    log = PartitionLog(store, name, p, topic_id=key_id)
+    # The pack is only ever older than the log -- unless the store lost the log's tail
+    # after the pack was taken, and something was appended where it was: a state folded
+    # from entries that are no longer there could put M past that new placeholder. So
+    # the pack's last entry must still be there, and older than the pack's read by the
+    # store's own clock (an object written just before it: strictly older, at the store's
+    # granularity; one written in the same second on a store that keeps whole seconds
+    # cannot be told from a later one, and is read from the log).
+    last = store.head(log.key(base.applied_offset))
+    if last is None or last.mtime * 1000 >= pack.read_at_ms:
+        return None
     if end <= base.applied_offset + 1:
         return base, "pack", base.applied_offset + 1
-    if not advanced_only:
-        return None
-    log = PartitionLog(store, name, p, topic_id=key_id)
     s = base
     for offset in range(base.applied_offset + 1, end):
         key = log.key(offset)

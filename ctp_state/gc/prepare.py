@@ -102,6 +102,7 @@ class Prepared:
     pack_states: list[PartitionState] = field(default_factory=list)  # the states decided on (this run's pack)
     pack_full_seq: int | None = None  # the run that last read every log (None: this one did)
     pack_summary_seq: int = -1  # the newest reconcile summary before the states were read
+    pack_read_at_ms: int = 0  # the store's clock before the states were read
     partitions_read: int = 0  # states read from their logs (the rest came from the pack)
 
 
@@ -138,7 +139,8 @@ def prepare(
     on_progress("read", 0, 1)
     heads = tables.heads() if tables is not None else TableHeads()
     summary_seq = reconcile_summaries(store).last()  # before the states: its entries are in them
-    base, pack_full_seq = (None, None) if full else _pack_base(store, passed, pt, summary_seq, last + 1, config)
+    read_at_ms = int(store_now(store) * 1000)  # before the states: every entry they fold is older
+    base, pack_full_seq = (None, None) if full else _pack_base(store, passed, pt, heads, summary_seq, last + 1, config)
     gathered = gather_all(store, threads=config.read_threads, pack=base)
     c, views = gathered.c, gathered.views
     summary = newest_summary(store)
@@ -284,6 +286,7 @@ def prepare(
         pack_states=gathered.states,
         pack_full_seq=pack_full_seq,
         pack_summary_seq=summary_seq,
+        pack_read_at_ms=read_at_ms,
         partitions_read=gathered.read_from_logs,
     )
 
@@ -297,6 +300,7 @@ def _pack_base(
     store: ObjectStore,
     passed: list[GcRecord],
     reference: list[GcPartitionView],
+    heads: TableHeads,
     summary_seq: int,
     seq: int,
     config: GcSettings,
@@ -314,7 +318,7 @@ def _pack_base(
     rec = passed[-1] if passed else None  # the run whose views are this run's reference
     if rec is None or not rec.pack_key or rec.pack_crc32c is None or rec.pack_full_seq is None:
         return None, None
-    if rec.pack_summary_seq is None:
+    if rec.pack_summary_seq is None or rec.pack_read_at_ms is None:
         return None, None
     if seq - rec.pack_full_seq >= config.full_read_every or summary_seq - rec.pack_summary_seq > MAX_HINT_SUMMARIES:
         return None, None
@@ -347,7 +351,19 @@ def _pack_base(
         if r.l1_swept_through < r.last_reconciled_offset or r.l1_swept_log_end < r.log_end_offset
     }
     states = {(s.topic, s.partition): s for s in packed if (s.topic, s.partition) not in unswept}
-    return PackBase(states, hints), rec.pack_full_seq
+    # A table that holds what a pack's state does not commit (a compaction or a
+    # reconcile nobody reported, then a publish): that partition is read from its log,
+    # or the gate's table checks would refuse the run for a state that is only older.
+    for h in heads.heads:
+        for f in h.files:
+            st = states.get((h.topic, f.partition))
+            if st is not None and store.key_of(f.path) not in st.committed_l1_keys():
+                del states[(h.topic, f.partition)]
+        for part, published in h.published.items():
+            st = states.get((h.topic, part))
+            if st is not None and published > st.last_reconciled_offset:
+                del states[(h.topic, part)]
+    return PackBase(states, hints, rec.pack_read_at_ms), rec.pack_full_seq
 
 
 def _spare_what_tables_name(

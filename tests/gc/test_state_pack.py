@@ -7,12 +7,15 @@ committed file for an orphan. On both stores, behind the real gate."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ctp_state import layout
 from ctp_state.compact import run_compaction
-from ctp_state.entries import AccessMode
+from ctp_state.entries import AccessMode, Tick
 from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import GateFailed
 from ctp_state.gc import gather, run_gc
 from ctp_state.gc.history import GcHistory
 from ctp_state.gc.pack import decode_pack, pack_seq
@@ -23,9 +26,12 @@ from ctp_state.records import PartitionFacts, PartitionReport, ReconcileSummary
 from ctp_state.settings import CompactSettings, GcSettings
 from ctp_state.status import reconcile_summaries
 from ctp_state.storage import LocalStore
+from ctp_state.storage.s3 import S3Store
 from ctp_state.topics import create_topic
 from tests.compact.test_compaction import many_small_files
+from tests.compact.test_gc_retired import hook
 from tests.support import assert_exactly_once, plog
+from tests.support.table import do_publish, load
 
 P = 4
 
@@ -34,6 +40,9 @@ def epoch(store, gate, config=GcSettings()):
     """One round of an idle topic: advance, reconcile, GC."""
     ClusterEpoch(store).advance()
     assert run_reconcile(store).ok
+    # A pack's state is used only if its last entry is older than the pack's read by the
+    # store's clock; SeaweedFS keeps whole seconds: tasks a second apart, as a DAG's are.
+    time.sleep(1.0 if isinstance(store, S3Store) else 0.0)
     rec = run_gc(store, gate=gate, config=config)
     assert rec.status == "ok", rec.gate.failures if rec.gate else rec.error
     return rec
@@ -158,9 +167,15 @@ def test_a_forged_or_wrong_hint_costs_a_read_and_nothing_else(store, gate):
     forged_summary(store, (report(0, "advanced", end + 5), report(1, "reconciled", end + 1), report(2, "advanced", 1)))
     plog(store, "t", 3).claim(plog(store, "t", 3).read_state(), "someone", AccessMode.EXCLUSIVE, lease_ms=0)
     forged_summary(store, (report(3, "advanced", end + 1),))
+    time.sleep(1.0 if isinstance(store, S3Store) else 0.0)  # (see epoch)
     rec = run_gc(store, gate=gate)
-    assert rec.status == "ok" and rec.partitions_read == 3  # 0, 1 and 3 from their logs; 2 from the pack
+    # 0, 1 and 3 from their logs; 2 too: a reconcile that saw a shorter log than the
+    # pack's is the sign of a log that went back (tests below)
+    assert rec.status == "ok" and rec.partitions_read == 4
     assert rec.m == true_m(store)
+    forged_summary(store, (report(2, "advanced", 1),))  # the pack read it now: still the log
+    time.sleep(1.0 if isinstance(store, S3Store) else 0.0)  # (see epoch)
+    assert run_gc(store, gate=gate).partitions_read == 1
 
 
 def test_a_compaction_the_pack_does_not_know_is_never_taken_for_an_orphan(store, gate):
@@ -169,6 +184,7 @@ def test_a_compaction_the_pack_does_not_know_is_never_taken_for_an_orphan(store,
     logs, so the compacted file stays until a run reads the log, which then retires the
     files it replaced."""
     sent = many_small_files(store)
+    time.sleep(1.0 if isinstance(store, S3Store) else 0.0)  # (see epoch)
     now = GcSettings(l1_grace_s=0, l1_reader_grace_s=0, full_read_every=4)
     first = run_gc(store, gate=gate, config=now)
     assert first.status == "ok" and first.partitions_read == 2
@@ -183,3 +199,50 @@ def test_a_compaction_the_pack_does_not_know_is_never_taken_for_an_orphan(store,
     assert len(runs) == 4 and runs[-1].l1_retired_deleted == 12
     assert {o.key for o in store.list(layout.L1_ROOT)} == compacted
     assert_exactly_once(store, "t", sent)
+
+
+@pytest.mark.parametrize("full_read_every", [12, 1])
+def test_a_pack_ahead_of_a_log_that_lost_its_tail_is_not_trusted(store, gate, full_read_every):
+    """Found by review: the store loses a partition's newest entry (a tick the pack
+    folded) and its snapshot, and a producer with an epoch the shorter log accepts
+    appends a placeholder where the tick was. A pack state is then *ahead* of the log;
+    M from it would pass the placeholder. The pack's last entry must still be there and
+    older than the pack's read (by the store's clock), or the partition is read from its
+    log -- where the GC sees M would go back and stops, as it always did."""
+    cfg = GcSettings(full_read_every=full_read_every)
+    create_topic(store, "t", 1)
+    log = plog(store, "t", 0, write_snapshots=False)
+    for _ in range(6):
+        epoch(store, gate, cfg)
+    while not isinstance(list(log.entries())[-1][1], Tick):
+        epoch(store, gate, cfg)
+    last_off, last = list(log.entries())[-1]
+    assert run_gc(store, gate=gate, config=cfg).status == "ok"  # the tick is in the pack
+    store.delete_many([log.key(last_off), layout.snapshot("t", 0, log.topic_id)])
+    short = plog(store, "t", 0, write_snapshots=False).read_state()
+    assert short.max_applied_epoch < last.epoch
+    with Producer(store, epoch_ttl_s=0) as prod:
+        got = prod.write([(("t", 0), [Record(b"victim")])], epoch=short.max_applied_epoch)[0]
+    assert got.accepted, got.error
+    with pytest.raises(GateFailed, match="I3"):
+        run_gc(store, gate=gate, config=cfg)
+    assert store.head(got.l0_key) is not None
+
+
+def test_a_table_that_holds_what_the_pack_does_not_commit_reads_the_log(fstore, config, gate, tmp_path):
+    """Found by review: a compaction nobody reports, then a publish of it. The pack's
+    (older) states do not commit the compacted files the table now holds, and the gate's
+    table checks refused every run until the next full read. Such a partition is read
+    from its log."""
+    store = fstore
+    cfg = GcSettings(l1_grace_s=0, l1_reader_grace_s=0)
+    create_topic(store, "t", 2)
+    for r in range(4):
+        load(store, rounds=1, partitions=2, tag=f"r{r}-")
+        do_publish(store, config, tmp_path)
+    assert run_gc(store, gate=gate, config=cfg, tables=hook(store, config, tmp_path)).status == "ok"
+    run_compaction(store, config=CompactSettings(max_small_files=2, target_file_bytes=1 << 20))
+    do_publish(store, config, tmp_path)
+    recs = [run_gc(store, gate=gate, config=cfg, tables=hook(store, config, tmp_path)) for _ in range(3)]
+    assert [r.status for r in recs] == ["ok"] * 3
+    assert recs[0].partitions_read == 2
