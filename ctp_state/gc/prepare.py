@@ -359,10 +359,11 @@ def _pack_base(
             st = states.get((h.topic, f.partition))
             if st is not None and store.key_of(f.path) not in st.committed_l1_keys():
                 del states[(h.topic, f.partition)]
+        held = {f.partition for f in h.files}
         for part, published in h.published.items():
             st = states.get((h.topic, part))
-            if st is not None and published > st.last_reconciled_offset:
-                del states[(h.topic, part)]
+            if st is not None and (published > st.last_reconciled_offset or part not in held):
+                del states[(h.topic, part)]  # (none held: a trim the pack may not know of)
     return PackBase(states, hints, rec.pack_read_at_ms), rec.pack_full_seq
 
 

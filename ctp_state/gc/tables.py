@@ -384,6 +384,9 @@ def table_partitions_table(heads: Sequence[TableHead], views: Sequence[Partition
     offset its files hold, and the last offset the partition's state log has reconciled
     (read after the table; None for a partition of another incarnation or none read)."""
     reconciled = {(v.topic, v.topic_id, v.partition): v.last_reconciled_offset for v in views}
+    # A partition whose retention dropped every published file holds none in the table:
+    # its files then reach just before its start offset (R11), not -1.
+    start = {(v.topic, v.topic_id, v.partition): v.start_offset for v in views}
     rows = []
     for h in heads:
         files: dict[int, int] = {}
@@ -396,7 +399,7 @@ def table_partitions_table(heads: Sequence[TableHead], views: Sequence[Partition
                     "table": h.table,
                     "partition": p,
                     "published_through": h.published.get(p, -1),
-                    "files_through": files.get(p, -1),
+                    "files_through": files.get(p, start.get((h.topic, h.topic_id, p), 0) - 1),
                     "reconciled_through": reconciled.get((h.topic, h.topic_id, p)),
                 }
             )

@@ -181,6 +181,27 @@ def test_the_gc_deletes_what_retention_dropped_and_the_table_follows(fstore, cat
     assert not dropped & {o.key for o in store.list(layout.L1_ROOT)}
 
 
+def test_a_partition_whose_every_published_file_was_dropped_keeps_its_gc_going(fstore, catalogs, gate, tmp_path):
+    """Found by the soak (file seed 19): DeleteRecords past every record of a partition,
+    a publish that removes its files from the table (its published vector still names
+    the offsets), and every GC after it refused by the gate ("published vector names
+    exactly the offsets its files hold": none held, -1 against 14). The files reach just
+    before the start offset; the table and the log agree."""
+    config, store = catalogs, fstore
+    timed_rounds(store, [T0, T0 + HOUR])
+    do_publish(store, config, tmp_path)
+    hook = CatalogTables(store, config, home=str(tmp_path), keep=1, max_age_s=0)
+    assert run_gc(store, gate=gate, config=NOW, tables=hook).status == "ok"  # (and a pack to start from)
+    end = plog(store, "t", 0).read_state().last_reconciled_offset
+    delete_records(store, "t", 0, end + 1)
+    pub = do_publish(store, config, tmp_path)
+    assert pub.files_removed == 2
+    recs = [run_gc(store, gate=gate, config=NOW, tables=hook) for _ in range(3)]
+    assert [r.status for r in recs] == ["ok"] * 3, [r.gate.failures for r in recs]
+    assert sum(r.l1_retired_deleted for r in recs) == 2
+    assert offsets(store, p=0) == [] and len(offsets(store, p=1)) == 10
+
+
 def forged_trim(store, start, reason, p=0):
     """A trim appended by a bug (or a zombie): the log takes it, the GC must judge it."""
     log = plog(store, "t", p)
