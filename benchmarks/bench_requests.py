@@ -23,7 +23,8 @@ fairly), each:
 - advance: C moves on by one (``ClusterEpoch.advance``);
 - reconcile: ``run_reconcile`` with the default settings but ``--idle-lag`` (an idle
   partition is advanced, R6, every ``idle_lag`` epochs);
-- gc: ``run_gc`` (deleting, default settings) behind the real Great Expectations gate.
+- gc: ``run_gc`` (deleting, default settings) behind the real Great Expectations gate,
+  ``--gap`` seconds after the reconcile.
 
 Scenarios: ``idle`` (no traffic at all: what a partition nobody writes to costs) and
 ``active`` (every partition written every epoch). Figures are per partition per epoch
@@ -244,7 +245,15 @@ def _classes(counts: Counter[str], units: int) -> dict[str, float]:
 
 
 def run_scenario(
-    server: Any, name: str, partitions: int, rounds: int, idle_lag: int, warmup: int, records: int, detail: bool
+    server: Any,
+    name: str,
+    partitions: int,
+    rounds: int,
+    idle_lag: int,
+    warmup: int,
+    records: int,
+    detail: bool,
+    gap_s: float = 1.0,
 ) -> dict:
     from ctp_state.epoch import ClusterEpoch
     from ctp_state.gc import run_gc
@@ -283,6 +292,7 @@ def run_scenario(
                     s = run_reconcile(store, config=config)
                 if not s.ok:
                     raise SystemExit(f"reconcile failed in round {r}: {s}")
+                time.sleep(gap_s)  # (DAG tasks are seconds apart; see --gap)
                 with counter.phase("gc"):
                     g = run_gc(store, gate=gate, config=GcSettings())
                 if r >= 0:  # a measured round
@@ -366,6 +376,14 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=5, help="records per partition per round (active)")
     ap.add_argument("--scenario", choices=("idle", "active", "both"), default="both")
     ap.add_argument("--detail", action="store_true", help="requests by key shape, per phase")
+    ap.add_argument(
+        "--gap",
+        type=float,
+        default=1.0,
+        help="seconds between a round's reconcile and its GC (default 1: the GC trusts its state pack only "
+        "for entries older than the pack's read by the store's clock, which SeaweedFS keeps in whole seconds; "
+        "an Airflow DAG's tasks are seconds apart)",
+    )
     args = ap.parse_args()
 
     from ctp_state.local_s3 import LocalS3
@@ -386,7 +404,15 @@ def main() -> None:
         with LocalS3(data_dir, catalog=False) as server:
             for name in scenarios:
                 res = run_scenario(
-                    server, name, args.partitions, args.rounds, args.idle_lag, warmup, args.records, args.detail
+                    server,
+                    name,
+                    args.partitions,
+                    args.rounds,
+                    args.idle_lag,
+                    warmup,
+                    args.records,
+                    args.detail,
+                    args.gap,
                 )
                 result[name] = res
                 print(json.dumps({name: {k: res[k] for k in ("per_partition_epoch", "seconds")}}), file=sys.stderr)
