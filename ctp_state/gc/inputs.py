@@ -219,6 +219,10 @@ def _from_pack(store: ObjectStore, pack: PackBase, t: Topic | str, p: int) -> tu
     if last is None or last.mtime * 1000 >= pack.read_at_ms:
         return None
     if end <= base.applied_offset + 1:
+        # Anything appended since (a producer's placeholder nobody reported yet): the log
+        # decides, so lag and status are as fresh as a listing read's.
+        if store.head(log.key(base.applied_offset + 1)) is not None:
+            return None
         return base, "pack", base.applied_offset + 1
     s = base
     for offset in range(base.applied_offset + 1, end):
@@ -230,6 +234,8 @@ def _from_pack(store: ObjectStore, pack: PackBase, t: Topic | str, p: int) -> tu
         if not isinstance(entry, en.Tick):
             return None
         s = sm.apply(s, offset, entry).state
+    if store.head(log.key(end)) is not None:
+        return None  # appended after the ticks: the log decides
     return window.recover(s), "tick", base.applied_offset + 1
 
 

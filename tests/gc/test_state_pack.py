@@ -129,10 +129,11 @@ def test_a_placeholder_written_after_the_pack_is_never_passed_by_m(store, gate):
         got = prod.write([(("t", 0), [Record(b"late")])])[0]
     assert got.accepted
     placeholder_epoch = layout.parse_l0_key(got.l0_key)[1]
-    for _ in range(3):  # C moves, no reconcile: no summary hints the placeholder
+    time.sleep(1.0 if isinstance(store, S3Store) else 0.0)  # (see epoch)
+    for i in range(3):  # C moves, no reconcile: no summary hints the placeholder, the key after the pack does
         ClusterEpoch(store).advance()
         rec = run_gc(store, gate=gate)
-        assert rec.status == "ok" and rec.partitions_read == 0
+        assert rec.status == "ok" and rec.partitions_read == (1 if i == 0 else 0)
         assert rec.m < placeholder_epoch
         assert store.head(got.l0_key) is not None
     # the next reconcile reports the partition reconciled: it is read from its log
@@ -196,7 +197,8 @@ def test_a_compaction_the_pack_does_not_know_is_never_taken_for_an_orphan(store,
         assert runs[-1].status == "ok" and runs[-1].l1_orphans == 0
         assert all(store.head(k) is not None for k in compacted)
         assert_exactly_once(store, "t", sent)
-    assert len(runs) == 4 and runs[-1].l1_retired_deleted == 12
+    # the compactor's entries sit right after the pack's: the first run reads the log
+    assert len(runs) == 1 and runs[-1].l1_retired_deleted == 12
     assert {o.key for o in store.list(layout.L1_ROOT)} == compacted
     assert_exactly_once(store, "t", sent)
 
