@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from ctp_state import entries as en, state as sm, window
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, StateUnreadable
+from ctp_state.gc.pack import decode_pack
+from ctp_state.gc.table_hook import TableHeads
 from ctp_state.incarnations import NameState, all_names
 from ctp_state.partition_log import PartitionLog
 from ctp_state.partition_state import L1Ref, committed_files
-from ctp_state.records import GcPartitionView, ReconcileSummary
+from ctp_state.records import GcPartitionView, GcRecord, ReconcileSummary
+from ctp_state.settings import GcSettings
 from ctp_state.status import reconcile_summaries, try_read_partition_states, unaccounted_logs
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import Topic
@@ -194,6 +197,82 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     views = [PartitionView.of_state(s, ids[s.topic], *h) for s, h in zip(states, how)]
     deleted = frozenset((st.name, t.incarnation) for st in names for t in st.deleted)
     return Gathered(c, views, deleted, names, states, len(todo))
+
+
+#: More reconcile summaries than this since a pack: read every partition from its log
+#: instead of reading them all for hints.
+MAX_HINT_SUMMARIES = 16
+
+
+def pack_base(
+    store: ObjectStore,
+    passed: list[GcRecord],
+    reference: list[GcPartitionView],
+    heads: TableHeads,
+    summary_seq: int,
+    seq: int,
+    config: GcSettings,
+) -> tuple[PackBase | None, int | None]:
+    """The state pack of the newest passing run (if it wrote one), and the hints of the
+    reconcile summaries since it read its states (``(None, None)``: read every partition
+    from its log: no pack, one that does not read, a full read due, or too many
+    summaries). Also the seq of the run that last read every partition.
+
+    A partition whose last L1 sweep left files behind (its watermark before its last
+    reconciled offset or its log end: an orphan still young, a retired file within the
+    reader grace) is left out of the pack's states: it is read from its log, so the
+    sweep can delete them (only a state read from the log may say a file is an orphan
+    or retired)."""
+    rec = passed[-1] if passed else None  # the run whose views are this run's reference
+    if rec is None or not rec.pack_key or rec.pack_crc32c is None or rec.pack_full_seq is None:
+        return None, None
+    if rec.pack_summary_seq is None or rec.pack_read_at_ms is None:
+        return None, None
+    if seq - rec.pack_full_seq >= config.full_read_every or summary_seq - rec.pack_summary_seq > MAX_HINT_SUMMARIES:
+        return None, None
+    try:
+        packed = decode_pack(
+            store.get(rec.pack_key),
+            rec.pack_key,
+            seq=rec.seq,
+            run_id=rec.run_id,
+            crc32c=rec.pack_crc32c,
+        )
+    except (CorruptData, ObjectNotFound) as e:
+        log.info("not starting from the state pack of GC run %d: %s; reading every partition's log", rec.seq, e)
+        return None, None
+    hints: dict[tuple[str, int], tuple[int, bool]] = {}
+    summaries = reconcile_summaries(store)
+    for n in range(rec.pack_summary_seq + 1, summary_seq + 1):
+        try:
+            summary = summaries.get(n)
+        except (CorruptData, ObjectNotFound):
+            continue  # fewer hints: those partitions keep the pack's (older) state
+        for r in summary.partitions:
+            if r.state is not None:
+                tp = (r.topic, r.partition)
+                end, ticks = hints.get(tp, (-1, True))
+                hints[tp] = (max(end, r.state.log_end_offset), ticks and r.status in ("advanced", "idle"))
+    unswept = {
+        (r.topic, r.partition)
+        for r in reference
+        if r.l1_swept_through < r.last_reconciled_offset or r.l1_swept_log_end < r.log_end_offset
+    }
+    states = {(s.topic, s.partition): s for s in packed if (s.topic, s.partition) not in unswept}
+    # A table that holds what a pack's state does not commit (a compaction or a
+    # reconcile nobody reported, then a publish): that partition is read from its log,
+    # or the gate's table checks would refuse the run for a state that is only older.
+    for h in heads.heads:
+        for f in h.files:
+            st = states.get((h.topic, f.partition))
+            if st is not None and store.key_of(f.path) not in st.committed_l1_keys():
+                del states[(h.topic, f.partition)]
+        held = {f.partition for f in h.files}
+        for part, published in h.published.items():
+            st = states.get((h.topic, part))
+            if st is not None and (published > st.last_reconciled_offset or part not in held):
+                del states[(h.topic, part)]  # (none held: a trim the pack may not know of)
+    return PackBase(states, hints, rec.pack_read_at_ms), rec.pack_full_seq
 
 
 def _from_pack(store: ObjectStore, pack: PackBase, t: Topic | str, p: int) -> tuple[sm.PartitionState, str, int] | None:
