@@ -181,11 +181,19 @@ class PartitionLog:
         self._snapshot_offset = max(self._snapshot_offset, st.applied_offset)
         return st
 
-    def read_state(self) -> sm.PartitionState:
+    def read_state(self, base: sm.PartitionState | None = None, base_read_at_ms: int = 0) -> sm.PartitionState:
         """The current state, recovered: from the newest snapshot plus the tail, with
         the fence window collapsed to ``[max_applied_epoch]`` (a process that reads the
         state is a restart, whether a snapshot covers the newest entry or not; the
-        window is volatile and no verdict depends on it, R2)."""
+        window is volatile and no verdict depends on it, R2).
+
+        With ``base`` (a state of this log from the GC's state pack, read before the
+        store's clock said ``base_read_at_ms``), from that state instead of the snapshot,
+        if it is usable (see :meth:`_from_base`); else as without it."""
+        if base is not None:
+            state = self._from_base(base, base_read_at_ms)
+            if state is not None:
+                return state
         snap = self.read_snapshot()
         try:
             state = self.catch_up(snap, reach=True)
@@ -202,6 +210,30 @@ class PartitionLog:
             log.warning("%s; rebuilding %s/%d from its log", self.snapshot_problem, self.topic, self.partition)
             self._snapshot_offset = -1
             state = self.catch_up(self.empty_state())
+        self._maybe_snapshot(state)
+        return window.recover(state)
+
+    def _from_base(self, base: sm.PartitionState, read_at_ms: int) -> sm.PartitionState | None:
+        """The state from ``base`` and the entries after it, or None: read it as usual.
+
+        ``base`` is used only if it is this incarnation's, initialized, and its last
+        entry is still in the log and older than ``read_at_ms`` by the store's own clock
+        (one HEAD): a base is only ever older than the log -- unless the store lost the
+        log's tail after it was taken and something was appended where it was; a state
+        folded from entries no longer there would then hide that placeholder (the GC's
+        rule for its pack, docs/design.md section 14). The tail after it is read as
+        after a snapshot, and a snapshot is written by the same rule, counted from the
+        base: every entry the base folds was decoded from the store by the run that
+        wrote the pack."""
+        if (base.topic, base.partition, base.topic_id) != (self.topic, self.partition, self.topic_id):
+            return None
+        if not base.initialized or base.applied_offset < 0:
+            return None
+        last = self.store.head(self.key(base.applied_offset))
+        if last is None or last.mtime * 1000 >= read_at_ms:
+            return None
+        state = self.catch_up(base)
+        self._snapshot_offset = max(self._snapshot_offset, base.applied_offset)
         self._maybe_snapshot(state)
         return window.recover(state)
 

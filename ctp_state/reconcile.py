@@ -2,7 +2,9 @@
 
 A run:
 
-1. reads the cluster epoch C, then every selected partition's state;
+1. reads the cluster epoch C, then every selected partition's state (from the newest
+   GC's state pack where the log vouches for it, else from its snapshot; then the tail
+   by GETs of the next key);
 2. ticks each partition that is idle, caught up, free of claims and has a lower bound
    ``idle_lag`` or more epochs behind C (R5 + R6 in one ``tick`` entry: one object
    write, no snapshot), and claims (R5, exclusive) each other partition that has
@@ -46,6 +48,7 @@ from ctp_state import crashpoints, layout, state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile, Tick
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
+from ctp_state.gc.history import newest_pack
 from ctp_state.l1 import L1Build, L1File, build_file
 from ctp_state.partition_log import PartitionLog
 from ctp_state.records import PartitionReport, ReconcileSummary
@@ -183,6 +186,10 @@ def run_reconcile(
 
     c = ClusterEpoch(store).current()  # C first (R4/R6), then the partitions
     wanted: list[tuple[Topic | str, int]] = [(t, p) for t in select_topics(store, topics) for p in range(t.partitions)]
+    # The newest GC's state pack, where there is one, instead of each partition's
+    # snapshot: the GC ran after the last reconcile, so an idle partition's state there
+    # is its log's end (a HEAD of that entry and a GET of the next; docs/design.md 14).
+    pack = newest_pack(store) if wanted else None
     got, unreadable = try_read_partition_states(
         store,
         wanted,
@@ -190,6 +197,8 @@ def run_reconcile(
         snapshot_every=START_SNAPSHOT_TAIL,
         idle_snapshot_every=IDLE_SNAPSHOT_TAIL,
         probe=True,
+        bases=pack.states if pack else None,
+        bases_read_at_ms=pack.read_at_ms if pack else 0,
     )
     states = [s for s in got if s is not None]
     reports = _Reports()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from ctp_state import incarnations, layout, state as sm
@@ -59,19 +59,25 @@ def try_read_partition_states(
     snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     idle_snapshot_every: int | None = None,
     probe: bool = False,
+    bases: Mapping[tuple[str, int], sm.PartitionState] | None = None,
+    bases_read_at_ms: int = 0,
 ) -> tuple[list[sm.PartitionState | None], list[tuple[str, int, str]]]:
     """Like :func:`read_partition_states`, but a partition that does not read is
     reported as ``(topic, partition, why)`` (its slot is None) instead of raising.
     A partition whose tail (entries after its snapshot) is ``snapshot_every`` or longer
     gets a new snapshot, as any reader writes one (an idle one, no placeholder pending,
     already at ``idle_snapshot_every``). With ``probe``, tails are read by GETs of the
-    next key, not listed (:class:`PartitionLog`)."""
+    next key, not listed (:class:`PartitionLog`). With ``bases`` (the GC's state pack,
+    read before the store's clock said ``bases_read_at_ms``), a partition starts from its
+    state there instead of its snapshot, where the log vouches for it
+    (:meth:`PartitionLog.read_state`)."""
 
     def one(job: Job) -> sm.PartitionState | str:
+        base = bases.get((_name(job[0]), job[1])) if bases else None
         try:
             return PartitionLog(
                 store, *job, snapshot_every=snapshot_every, idle_snapshot_every=idle_snapshot_every, probe=probe
-            ).read_state()
+            ).read_state(base, bases_read_at_ms)
         except CtpError as e:
             return str(e)
 

@@ -23,8 +23,10 @@ trigger form. Tasks:
    snapshots beyond `table_keep_snapshots` older than `table_snapshot_max_age_hours`
    and deletes the table files nothing reaches (kind `table_metadata` on the audit
    trail; catalog as for the reconcile DAG's `publish`); and appends the run to the GC
-   history (`gc/history/` in the store). With `dry_run` it only counts what it would
-   delete.
+   history (`gc/history/` in the store) with its state pack (`gc/packs/`): the next
+   run starts from it and reads from their logs only the partitions that changed;
+   every `full_read_every` runs (default 12) it reads every log. With `dry_run` it only
+   counts what it would delete.
 4. **check_m** — fails (no retry) when the run raised an **alert**: a partition is
    quarantined (a missing or corrupt L0 chunk: its M(p) cannot move until someone
    acts), or M stayed the same over the last `alert_stall_runs` GC runs (default 4)
@@ -101,6 +103,7 @@ def _tables(store, cfg, config):
                 "alert_stall_epochs",
                 "table_keep_snapshots",
                 "table_snapshot_max_age_s",
+                "full_read_every",
             ],
         ),
         "topics": Param(

@@ -27,16 +27,22 @@ passing run has recorded, so the check reaches back over all time, not just the 
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctp_state import layout, records
-from ctp_state.errors import CorruptData, ObjectNotFound
+from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
+from ctp_state.gc.pack import decode_pack
 from ctp_state.records import GcPartitionView, GcRecord
 from ctp_state.sequence import DenseSequence
+from ctp_state.state import PartitionState
 from ctp_state.storage import ObjectStore
+
+log = logging.getLogger(__name__)
 
 HISTORY_PREFIX = layout.GC_HISTORY
 PARTITIONS_PREFIX = layout.GC_PARTITIONS
@@ -200,3 +206,41 @@ def remembered(store: ObjectStore) -> list[tuple[str, str | None, int]]:
     history = GcHistory(store)
     _, rows = reference_view(history, history.tail(MEMORY_RECORDS, unreadable=[]))
     return [(r.topic, r.topic_id, r.partition) for r in rows]
+
+
+@dataclass(frozen=True)
+class PackStates:
+    """The states of a GC run's pack by ``(topic, partition)``, and the store's clock
+    just before that run read them (a state's last entry must be older)."""
+
+    seq: int
+    states: dict[tuple[str, int], PartitionState]
+    read_at_ms: int
+
+
+#: How many of the newest GC records :func:`newest_pack` looks through for a passing one.
+PACK_RECORDS = 4
+
+
+def newest_pack(store: ObjectStore) -> PackStates | None:
+    """The states of the newest passing GC run's pack, for a reader that would otherwise
+    read every partition from its snapshot (the reconciler); None when that run wrote
+    none or its pack does not read (damaged, cut short, another run's: the reader reads
+    snapshots, as without a pack). Each state is checked against its log before use
+    (:meth:`ctp_state.partition_log.PartitionLog.read_state`)."""
+    try:
+        tail = GcHistory(store).tail(PACK_RECORDS, unreadable=[])
+    except CtpError as e:
+        log.info("no GC state pack to start from: the GC history does not read (%s)", e)
+        return None
+    rec = next((r for r in reversed(tail) if r.passed), None)
+    if rec is None or not rec.pack_key or rec.pack_crc32c is None or rec.pack_read_at_ms is None:
+        return None
+    try:
+        states = decode_pack(
+            store.get(rec.pack_key), rec.pack_key, seq=rec.seq, run_id=rec.run_id, crc32c=rec.pack_crc32c
+        )
+    except (CorruptData, ObjectNotFound) as e:
+        log.info("not starting from the state pack of GC run %d: %s", rec.seq, e)
+        return None
+    return PackStates(rec.seq, {(s.topic, s.partition): s for s in states}, rec.pack_read_at_ms)

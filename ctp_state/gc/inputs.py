@@ -186,7 +186,9 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     todo = [i for i, s in enumerate(got) if s is None]
     # Listing reads, never probing ones (``PartitionLog``): what the GC deletes follows
     # from the states, and a log read short of a lost entry would hide what it committed.
-    read, problems = try_read_partition_states(store, [wanted[i] for i in todo], threads=threads)
+    read, problems = try_read_partition_states(
+        store, [wanted[i] for i in todo], threads=threads, snapshot_every=LOG_READ_SNAPSHOT_TAIL
+    )
     for i, s in zip(todo, read):
         got[i] = s
     problems += unaccounted_logs(store, topics, names)
@@ -197,6 +199,13 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     views = [PartitionView.of_state(s, ids[s.topic], *h) for s, h in zip(states, how)]
     deleted = frozenset((st.name, t.incarnation) for st in names for t in st.deleted)
     return Gathered(c, views, deleted, names, states, len(todo))
+
+
+#: A GC read from a partition's log snapshots a tail (entries after the snapshot) this
+#: long: the reconciler starts an idle partition from the pack, not its snapshot, so it
+#: leaves no snapshots for the tail of ticks, and the GC's full reads (every
+#: ``full_read_every`` runs) would otherwise GET an ever longer tail.
+LOG_READ_SNAPSHOT_TAIL = 8
 
 
 #: More reconcile summaries than this since a pack: read every partition from its log

@@ -87,6 +87,7 @@ def test_the_gc_gate_does_not_retry_and_the_report_always_runs(dagbag):
         "topic_removal_grace_seconds",
         "table_keep_snapshots",
         "table_snapshot_max_age_hours",
+        "full_read_every",
         "publish_report",
         "verify",
     }

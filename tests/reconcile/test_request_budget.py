@@ -75,11 +75,12 @@ def per_partition_epoch(few, many, d: int) -> dict[str, dict[str, float]]:
 def test_an_idle_partitions_requests_per_epoch_by_operation(s3_server, gate):
     few, many = idle_cycle(s3_server, gate, 2), idle_cycle(s3_server, gate, 6)
     per = per_partition_epoch(few, many, 4)
-    # The reconcile: its probing read (the snapshot, a tail of at most one tick, the 404
-    # after it; a HEAD of the snapshot's own entry when the tail is empty); every other
-    # epoch a tick, after one page of a listing (never written into a hole); a snapshot
-    # every other tick. No LIST to read.
-    assert per["reconcile"] == {"GetObject": 3.0, "HeadObject": 0.25, "ListObjectsV2": 0.5, "PutObject": 0.75}, per
+    # The reconcile: from the GC's state pack (the GC ran after the last reconcile, so
+    # the pack's state is the log's end): a HEAD of the pack's last entry (still there,
+    # older than the pack) and the 404 of the key after it; every other epoch a tick,
+    # after one page of a listing (never written into a hole). No snapshot read or
+    # written, no LIST to read.
+    assert per["reconcile"] == {"GetObject": 1.0, "HeadObject": 1.0, "ListObjectsV2": 0.5, "PutObject": 0.5}, per
     # The GC: from the previous run's state pack, a HEAD of the pack's last entry (still
     # there, and older than the pack: the log did not lose its tail) and of the key
     # after what it folds (nothing appended since), a GET of each tick the reconcile's
