@@ -253,7 +253,7 @@ def run_scenario(
     warmup: int,
     records: int,
     detail: bool,
-    gap_s: float = 1.0,
+    gap_s: float = 0.0,
 ) -> dict:
     from ctp_state.epoch import ClusterEpoch
     from ctp_state.gc import run_gc
@@ -379,10 +379,9 @@ def main() -> None:
     ap.add_argument(
         "--gap",
         type=float,
-        default=1.0,
-        help="seconds between a round's reconcile and its GC (default 1: the GC trusts its state pack only "
-        "for entries older than the pack's read by the store's clock, which SeaweedFS keeps in whole seconds; "
-        "an Airflow DAG's tasks are seconds apart)",
+        default=0.0,
+        help="seconds between a round's reconcile and its GC (an Airflow DAG's tasks are seconds apart; "
+        "the counts do not depend on it)",
     )
     args = ap.parse_args()
 

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ctp_state import entries as en, layout, snapshot, state as sm, window
+from ctp_state import codec, entries as en, layout, snapshot, state as sm, window
 from ctp_state.entries import AccessMode, Claim, Entry, Init, Release
 from ctp_state.errors import (
     ClaimHeld,
@@ -146,6 +146,7 @@ class PartitionLog:
         self.probe = probe
         self._created = -2  # the offset of this log's last create (a probing log's next needs no listing)
         self.idle_snapshot_every = idle_snapshot_every
+        self._last_decoded: tuple[int, int] = (-1, 0)  # (offset, CRC32C of its bytes) of the last entry decoded
 
     def key(self, offset: int) -> str:
         return layout.log_entry(self.topic, self.partition, offset, self.topic_id)
@@ -181,17 +182,18 @@ class PartitionLog:
         self._snapshot_offset = max(self._snapshot_offset, st.applied_offset)
         return st
 
-    def read_state(self, base: sm.PartitionState | None = None, base_read_at_ms: int = 0) -> sm.PartitionState:
+    def read_state(self, base: sm.PartitionState | None = None, base_crc: int | None = None) -> sm.PartitionState:
         """The current state, recovered: from the newest snapshot plus the tail, with
         the fence window collapsed to ``[max_applied_epoch]`` (a process that reads the
         state is a restart, whether a snapshot covers the newest entry or not; the
         window is volatile and no verdict depends on it, R2).
 
-        With ``base`` (a state of this log from the GC's state pack, read before the
-        store's clock said ``base_read_at_ms``), from that state instead of the snapshot,
-        if it is usable (see :meth:`_from_base`); else as without it."""
-        if base is not None:
-            state = self._from_base(base, base_read_at_ms)
+        With ``base`` (a state of this log from the GC's state pack, ``base_crc`` the
+        CRC32C of the stored bytes of the entry it ends at), from that state instead of
+        the snapshot, if the log vouches for it (see :meth:`_from_base`); else as
+        without it."""
+        if base is not None and base_crc is not None:
+            state = self._from_base(base, base_crc)
             if state is not None:
                 return state
         snap = self.read_snapshot()
@@ -213,29 +215,52 @@ class PartitionLog:
         self._maybe_snapshot(state)
         return window.recover(state)
 
-    def _from_base(self, base: sm.PartitionState, read_at_ms: int) -> sm.PartitionState | None:
+    def _from_base(self, base: sm.PartitionState, crc: int) -> sm.PartitionState | None:
         """The state from ``base`` and the entries after it, or None: read it as usual.
 
-        ``base`` is used only if it is this incarnation's, initialized, and its last
-        entry is still in the log and older than ``read_at_ms`` by the store's own clock
-        (one HEAD): a base is only ever older than the log -- unless the store lost the
+        ``base`` is used only if it is this incarnation's, initialized, and the entry it
+        ends at is still in the log with the very bytes it was folded from (one GET, its
+        CRC32C): a base is only ever older than the log -- unless the store lost the
         log's tail after it was taken and something was appended where it was; a state
-        folded from entries no longer there would then hide that placeholder (the GC's
-        rule for its pack, docs/design.md section 14). The tail after it is read as
-        after a snapshot, and a snapshot is written by the same rule, counted from the
-        base: every entry the base folds was decoded from the store by the run that
-        wrote the pack."""
+        folded from entries no longer there would hide that placeholder (the GC's rule
+        for its pack, docs/design.md section 14). An entry's mtime cannot say so: a
+        create stalled between its write and its link (or an S3 PUT, whose Last-Modified
+        is its start) lands with a time from before the pack was read. The tail after
+        it is read as after a snapshot, and a snapshot is written by the same rule,
+        counted from the base: every entry the base folds was decoded from the store by
+        the run that wrote the pack."""
         if (base.topic, base.partition, base.topic_id) != (self.topic, self.partition, self.topic_id):
             return None
         if not base.initialized or base.applied_offset < 0:
             return None
-        last = self.store.head(self.key(base.applied_offset))
-        if last is None or last.mtime * 1000 >= read_at_ms:
+        try:
+            last = self.store.get(self.key(base.applied_offset))
+        except ObjectNotFound:
+            return None
+        if codec.crc32c(last) != crc:
             return None
         state = self.catch_up(base)
         self._snapshot_offset = max(self._snapshot_offset, base.applied_offset)
         self._maybe_snapshot(state)
         return window.recover(state)
+
+    def last_entry_crc(self, state: sm.PartitionState) -> int | None:
+        """The CRC32C of the stored bytes of the entry ``state`` (read by this log) ends
+        at: as this log's last read decoded them, else one GET (None: no such entry)."""
+        offset, crc = self._last_decoded
+        if offset == state.applied_offset:
+            return crc
+        if state.applied_offset < 0:
+            return None
+        try:
+            return codec.crc32c(self.store.get(self.key(state.applied_offset)))
+        except ObjectNotFound:
+            return None
+
+    def _decode(self, offset: int, data: bytes, key: str) -> Entry:
+        entry = en.decode(data, key)
+        self._last_decoded = (offset, codec.crc32c(data))
+        return entry
 
     def entries(self, after: int = -1, *, reach: bool = False) -> Iterator[tuple[int, Entry]]:
         """Yield ``(offset, entry)`` for every entry after log offset ``after``. With
@@ -270,11 +295,11 @@ class PartitionLog:
                     data = self.store.get(key)
                 except ObjectNotFound:
                     raise LogGap(info.key, expected, offset) from None
-                yield expected, en.decode(data, key)
+                yield expected, self._decode(expected, data, key)
                 expected += 1
             if offset != expected:
                 raise LogGap(info.key, expected, offset)
-            yield offset, en.decode(self.store.get(info.key), info.key)
+            yield offset, self._decode(offset, self.store.get(info.key), info.key)
             expected += 1
         if checking and self.store.head(self.key(after)) is None:
             raise _SnapshotAhead(after)
@@ -288,7 +313,7 @@ class PartitionLog:
                 data = self.store.get(key)
             except ObjectNotFound:
                 break
-            yield offset, en.decode(data, key)
+            yield offset, self._decode(offset, data, key)
             offset += 1
         if reach and after >= 0 and offset == after + 1 and self.store.head(self.key(after)) is None:
             raise _SnapshotAhead(after)

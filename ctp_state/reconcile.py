@@ -188,8 +188,8 @@ def run_reconcile(
     wanted: list[tuple[Topic | str, int]] = [(t, p) for t in select_topics(store, topics) for p in range(t.partitions)]
     # The newest GC's state pack, where there is one, instead of each partition's
     # snapshot: the GC ran after the last reconcile, so an idle partition's state there
-    # is its log's end (a HEAD of that entry and a GET of the next; docs/design.md 14).
-    pack = newest_pack(store) if wanted else None
+    # is its log's end (a GET of that entry and of the next; docs/design.md 14).
+    pack = newest_pack(store, reconcile_summaries(store).last()) if wanted else None
     got, unreadable = try_read_partition_states(
         store,
         wanted,
@@ -198,7 +198,6 @@ def run_reconcile(
         idle_snapshot_every=IDLE_SNAPSHOT_TAIL,
         probe=True,
         bases=pack.states if pack else None,
-        bases_read_at_ms=pack.read_at_ms if pack else 0,
     )
     states = [s for s in got if s is not None]
     reports = _Reports()

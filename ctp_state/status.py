@@ -59,25 +59,30 @@ def try_read_partition_states(
     snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     idle_snapshot_every: int | None = None,
     probe: bool = False,
-    bases: Mapping[tuple[str, int], sm.PartitionState] | None = None,
-    bases_read_at_ms: int = 0,
+    bases: Mapping[tuple[str, int], tuple[sm.PartitionState, int | None]] | None = None,
+    last_crcs: dict[tuple[str, int], int | None] | None = None,
 ) -> tuple[list[sm.PartitionState | None], list[tuple[str, int, str]]]:
     """Like :func:`read_partition_states`, but a partition that does not read is
     reported as ``(topic, partition, why)`` (its slot is None) instead of raising.
     A partition whose tail (entries after its snapshot) is ``snapshot_every`` or longer
     gets a new snapshot, as any reader writes one (an idle one, no placeholder pending,
     already at ``idle_snapshot_every``). With ``probe``, tails are read by GETs of the
-    next key, not listed (:class:`PartitionLog`). With ``bases`` (the GC's state pack,
-    read before the store's clock said ``bases_read_at_ms``), a partition starts from its
+    next key, not listed (:class:`PartitionLog`). With ``bases`` (the GC's state pack:
+    each state with the CRC32C of the entry it ends at), a partition starts from its
     state there instead of its snapshot, where the log vouches for it
-    (:meth:`PartitionLog.read_state`)."""
+    (:meth:`PartitionLog.read_state`). With ``last_crcs``, each state's last entry's
+    CRC32C is put there (what a pack of these states names)."""
 
     def one(job: Job) -> sm.PartitionState | str:
-        base = bases.get((_name(job[0]), job[1])) if bases else None
+        base, crc = bases.get((_name(job[0]), job[1]), (None, None)) if bases else (None, None)
         try:
-            return PartitionLog(
+            log = PartitionLog(
                 store, *job, snapshot_every=snapshot_every, idle_snapshot_every=idle_snapshot_every, probe=probe
-            ).read_state(base, bases_read_at_ms)
+            )
+            state = log.read_state(base, crc)
+            if last_crcs is not None:
+                last_crcs[(_name(job[0]), job[1])] = log.last_entry_crc(state)
+            return state
         except CtpError as e:
             return str(e)
 

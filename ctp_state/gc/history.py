@@ -210,31 +210,39 @@ def remembered(store: ObjectStore) -> list[tuple[str, str | None, int]]:
 
 @dataclass(frozen=True)
 class PackStates:
-    """The states of a GC run's pack by ``(topic, partition)``, and the store's clock
-    just before that run read them (a state's last entry must be older)."""
+    """The states of a GC run's pack by ``(topic, partition)``, each with the CRC32C of
+    the stored bytes of the entry it ends at (a state is used only while that entry is
+    still in the log, those bytes)."""
 
     seq: int
-    states: dict[tuple[str, int], PartitionState]
-    read_at_ms: int
+    states: dict[tuple[str, int], tuple[PartitionState, int | None]]
 
 
 #: How many of the newest GC records :func:`newest_pack` looks through for a passing one.
 PACK_RECORDS = 4
+#: A pack taken before more reconcile runs than this is not a reconciler's base: with
+#: the GC down, the tails after it would only grow, while the snapshots the reconciler
+#: writes follow the log.
+PACK_MAX_RECONCILES_BEHIND = 1
 
 
-def newest_pack(store: ObjectStore) -> PackStates | None:
+def newest_pack(store: ObjectStore, newest_summary_seq: int | None = None) -> PackStates | None:
     """The states of the newest passing GC run's pack, for a reader that would otherwise
     read every partition from its snapshot (the reconciler); None when that run wrote
-    none or its pack does not read (damaged, cut short, another run's: the reader reads
-    snapshots, as without a pack). Each state is checked against its log before use
-    (:meth:`ctp_state.partition_log.PartitionLog.read_state`)."""
+    none, its pack does not read (damaged, cut short, another run's: the reader reads
+    snapshots, as without a pack), or it was taken more than
+    :data:`PACK_MAX_RECONCILES_BEHIND` reconcile runs before ``newest_summary_seq`` (the
+    newest reconcile summary's seq, if known). Each state is checked against its log
+    before use (:meth:`ctp_state.partition_log.PartitionLog.read_state`)."""
     try:
         tail = GcHistory(store).tail(PACK_RECORDS, unreadable=[])
     except CtpError as e:
         log.info("no GC state pack to start from: the GC history does not read (%s)", e)
         return None
     rec = next((r for r in reversed(tail) if r.passed), None)
-    if rec is None or not rec.pack_key or rec.pack_crc32c is None or rec.pack_read_at_ms is None:
+    if rec is None or not rec.pack_key or rec.pack_crc32c is None or rec.pack_summary_seq is None:
+        return None
+    if newest_summary_seq is not None and newest_summary_seq - rec.pack_summary_seq > PACK_MAX_RECONCILES_BEHIND:
         return None
     try:
         states = decode_pack(
@@ -243,4 +251,4 @@ def newest_pack(store: ObjectStore) -> PackStates | None:
     except (CorruptData, ObjectNotFound) as e:
         log.info("not starting from the state pack of GC run %d: %s", rec.seq, e)
         return None
-    return PackStates(rec.seq, {(s.topic, s.partition): s for s in states}, rec.pack_read_at_ms)
+    return PackStates(rec.seq, {(s.topic, s.partition): (s, c) for s, c in states})

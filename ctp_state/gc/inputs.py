@@ -8,7 +8,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ctp_state import entries as en, state as sm, window
+from ctp_state import codec, entries as en, state as sm, window
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, StateUnreadable
 from ctp_state.gc.pack import decode_pack
@@ -133,15 +133,12 @@ class PackBase:
     previous run's pack by ``(topic, partition)``, and the log end offsets of the
     partitions the reconciler advanced since (from its summaries: the ticks it wrote)."""
 
-    states: dict[tuple[str, int], sm.PartitionState]
+    states: dict[tuple[str, int], tuple[sm.PartitionState, int | None]]  # with the CRC32C of each one's last entry
     #: ``(topic, partition) -> (log end offset, advanced only)``: the newest log end a
     #: summary reported, and whether every summary that reported it said only
     #: "advanced" or "idle" (anything else -- reconciled, a claim held -- is read from
     #: the log).
     hints: dict[tuple[str, int], tuple[int, bool]]
-    #: The store's clock (ms) just before the pack's run read its states: a state's last
-    #: entry must be older than that, or the log changed under the pack (see _from_pack).
-    read_at_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -155,6 +152,8 @@ class Gathered:
     names: list[NameState]
     #: The states the views were made of, in the same order (what this run's pack holds).
     states: list[sm.PartitionState] = field(default_factory=list)
+    #: The CRC32C of the stored bytes of the entry each state ends at (None: not known).
+    last_crcs: list[int | None] = field(default_factory=list)
     read_from_logs: int = 0  # how many were read from their logs (the rest: the pack)
 
 
@@ -178,19 +177,23 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     wanted: list[tuple[Topic | str, int]] = [(t, p) for t in topics for p in range(t.partitions)]
     got: list[sm.PartitionState | None] = [None] * len(wanted)
     how: list[tuple[str, int]] = [("log", -1)] * len(wanted)
+    crcs: list[int | None] = [None] * len(wanted)
     if pack is not None:
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
             for i, r in enumerate(pool.map(lambda job: _from_pack(store, pack, *job), wanted, chunksize=64)):
                 if r is not None:
-                    got[i], how[i] = r[0], (r[1], r[2])
+                    got[i], how[i], crcs[i] = r[0], (r[1], r[2]), r[3]
     todo = [i for i, s in enumerate(got) if s is None]
     # Listing reads, never probing ones (``PartitionLog``): what the GC deletes follows
     # from the states, and a log read short of a lost entry would hide what it committed.
+    last_crcs: dict[tuple[str, int], int | None] = {}
     read, problems = try_read_partition_states(
-        store, [wanted[i] for i in todo], threads=threads, snapshot_every=LOG_READ_SNAPSHOT_TAIL
+        store, [wanted[i] for i in todo], threads=threads, snapshot_every=LOG_READ_SNAPSHOT_TAIL, last_crcs=last_crcs
     )
     for i, s in zip(todo, read):
         got[i] = s
+        if s is not None:
+            crcs[i] = last_crcs.get((s.topic, s.partition))
     problems += unaccounted_logs(store, topics, names)
     if problems:
         raise StateUnreadable(problems)
@@ -198,7 +201,7 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     states = [s for s in got if s is not None]
     views = [PartitionView.of_state(s, ids[s.topic], *h) for s, h in zip(states, how)]
     deleted = frozenset((st.name, t.incarnation) for st in names for t in st.deleted)
-    return Gathered(c, views, deleted, names, states, len(todo))
+    return Gathered(c, views, deleted, names, states, [c for s, c in zip(got, crcs) if s is not None], len(todo))
 
 
 #: A GC read from a partition's log snapshots a tail (entries after the snapshot) this
@@ -235,7 +238,7 @@ def pack_base(
     rec = passed[-1] if passed else None  # the run whose views are this run's reference
     if rec is None or not rec.pack_key or rec.pack_crc32c is None or rec.pack_full_seq is None:
         return None, None
-    if rec.pack_summary_seq is None or rec.pack_read_at_ms is None:
+    if rec.pack_summary_seq is None:
         return None, None
     if seq - rec.pack_full_seq >= config.full_read_every or summary_seq - rec.pack_summary_seq > MAX_HINT_SUMMARIES:
         return None, None
@@ -267,30 +270,33 @@ def pack_base(
         for r in reference
         if r.l1_swept_through < r.last_reconciled_offset or r.l1_swept_log_end < r.log_end_offset
     }
-    states = {(s.topic, s.partition): s for s in packed if (s.topic, s.partition) not in unswept}
+    states = {(s.topic, s.partition): (s, c) for s, c in packed if (s.topic, s.partition) not in unswept}
     # A table that holds what a pack's state does not commit (a compaction or a
     # reconcile nobody reported, then a publish): that partition is read from its log,
     # or the gate's table checks would refuse the run for a state that is only older.
     for h in heads.heads:
         for f in h.files:
-            st = states.get((h.topic, f.partition))
+            st = states.get((h.topic, f.partition), (None, None))[0]
             if st is not None and store.key_of(f.path) not in st.committed_l1_keys():
                 del states[(h.topic, f.partition)]
         held = {f.partition for f in h.files}
         for part, published in h.published.items():
-            st = states.get((h.topic, part))
+            st = states.get((h.topic, part), (None, None))[0]
             if st is not None and (published > st.last_reconciled_offset or part not in held):
                 del states[(h.topic, part)]  # (none held: a trim the pack may not know of)
-    return PackBase(states, hints, rec.pack_read_at_ms), rec.pack_full_seq
+    return PackBase(states, hints), rec.pack_full_seq
 
 
-def _from_pack(store: ObjectStore, pack: PackBase, t: Topic | str, p: int) -> tuple[sm.PartitionState, str, int] | None:
+def _from_pack(
+    store: ObjectStore, pack: PackBase, t: Topic | str, p: int
+) -> tuple[sm.PartitionState, str, int, int | None] | None:
     """The partition's state from the pack: as it is, or with the ticks the reconciler
-    said it wrote (``(state, read, ticks_from)``); None: read it from its log."""
+    said it wrote (``(state, read, ticks_from, CRC32C of its last entry)``); None: read
+    it from its log."""
     name = t if isinstance(t, str) else t.name
     key_id = None if isinstance(t, str) else t.key_id
-    base = pack.states.get((name, p))
-    if base is None or base.topic_id != key_id or not base.initialized:
+    base, crc = pack.states.get((name, p), (None, None))
+    if base is None or crc is None or base.topic_id != key_id or not base.initialized:
         return None
     end, advanced_only = pack.hints.get((name, p), (-1, True))
     if 0 <= end < base.applied_offset + 1 or (end > base.applied_offset + 1 and not advanced_only):
@@ -299,32 +305,35 @@ def _from_pack(store: ObjectStore, pack: PackBase, t: Topic | str, p: int) -> tu
     # The pack is only ever older than the log -- unless the store lost the log's tail
     # after the pack was taken, and something was appended where it was: a state folded
     # from entries that are no longer there could put M past that new placeholder. So
-    # the pack's last entry must still be there, and older than the pack's read by the
-    # store's own clock (an object written just before it: strictly older, at the store's
-    # granularity; one written in the same second on a store that keeps whole seconds
-    # cannot be told from a later one, and is read from the log).
-    last = store.head(log.key(base.applied_offset))
-    if last is None or last.mtime * 1000 >= pack.read_at_ms:
+    # the entry the pack's state ends at must still be there, with the bytes it was
+    # folded from (its CRC32C). Not its mtime: a create stalled between its write and
+    # its link, or an S3 PUT (Last-Modified is its start), carries a time from before.
+    try:
+        if codec.crc32c(store.get(log.key(base.applied_offset))) != crc:
+            return None
+    except ObjectNotFound:
         return None
     if end <= base.applied_offset + 1:
         # Anything appended since (a producer's placeholder nobody reported yet): the log
         # decides, so lag and status are as fresh as a listing read's.
         if store.head(log.key(base.applied_offset + 1)) is not None:
             return None
-        return base, "pack", base.applied_offset + 1
+        return base, "pack", base.applied_offset + 1, crc
     s = base
     for offset in range(base.applied_offset + 1, end):
         key = log.key(offset)
         try:
-            entry = en.decode(store.get(key), key)
+            data = store.get(key)
+            entry = en.decode(data, key)
         except (ObjectNotFound, CorruptData):
             return None  # the log decides: a gap or a bad entry is found by its listing read
         if not isinstance(entry, en.Tick):
             return None
         s = sm.apply(s, offset, entry).state
+        crc = codec.crc32c(data)
     if store.head(log.key(end)) is not None:
         return None  # appended after the ticks: the log decides
-    return window.recover(s), "tick", base.applied_offset + 1
+    return window.recover(s), "tick", base.applied_offset + 1, crc
 
 
 def vanished(

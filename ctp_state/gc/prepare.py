@@ -99,6 +99,7 @@ class Prepared:
     names: list[NameState] = field(default_factory=list)  # every topic name (deleted incarnations to remove)
     table_heads: TableHeads = field(default_factory=TableHeads)  # the topics' tables, read before the states
     pack_states: list[PartitionState] = field(default_factory=list)  # the states decided on (this run's pack)
+    pack_crcs: list[int | None] = field(default_factory=list)  # the CRC32C of each one's last entry
     pack_full_seq: int | None = None  # the run that last read every log (None: this one did)
     pack_summary_seq: int = -1  # the newest reconcile summary before the states were read
     pack_read_at_ms: int = 0  # the store's clock before the states were read
@@ -283,6 +284,7 @@ def prepare(
         names=gathered.names,
         table_heads=heads,
         pack_states=gathered.states,
+        pack_crcs=gathered.last_crcs,
         pack_full_seq=pack_full_seq,
         pack_summary_seq=summary_seq,
         pack_read_at_ms=read_at_ms,

@@ -348,7 +348,7 @@ KEEP_PACKS = 2
 
 def write_pack(store: ObjectStore, seq: int, p: Prepared) -> tuple[str, int]:
     """Write the run's state pack for record ``seq``; ``(key, CRC32C)``."""
-    data = encode_pack(seq, p.run_id, p.pack_states)
+    data = encode_pack(seq, p.run_id, p.pack_states, p.pack_crcs)
     key = pack_key(seq, p.run_id)
     store.put(key, data)
     return key, crc32c(data)

@@ -61,7 +61,7 @@ def test_simulation_on_the_file_store_finds_no_violation(seed, spark, tmp_path):
         assert report.errors["reconcile_spark"] == 0, report.as_dict()
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1])  # (more seeds: python -m tests.sim.soak --backend s3)
 def test_simulation_on_s3_behind_the_fault_proxy_finds_no_violation(seed, s3_server: LocalS3, tmp_path):
     with S3FaultProxy.for_server(s3_server, seed=seed) as proxy:
         report = run_sim(
