@@ -313,7 +313,7 @@ class GcRecord(StoredRecord, frozen=True, kw_only=True):
     pack_crc32c: int | None = None
     pack_full_seq: int | None = None  # the run that last read every partition from its log
     pack_summary_seq: int | None = None  # the newest reconcile summary when this run read the states
-    pack_read_at_ms: int | None = None  # the store's clock just before this run read the states
+    pack_read_at_ms: int | None = None  # (written by pack v1 runs only; packs now name their last entries' CRC32C)
     partitions_read: int | None = None  # of ``partitions``, read from their logs (the rest from the pack)
     summary_run_id: str | None = None
     m_digest: str | None = None

@@ -102,7 +102,6 @@ class Prepared:
     pack_crcs: list[int | None] = field(default_factory=list)  # the CRC32C of each one's last entry
     pack_full_seq: int | None = None  # the run that last read every log (None: this one did)
     pack_summary_seq: int = -1  # the newest reconcile summary before the states were read
-    pack_read_at_ms: int = 0  # the store's clock before the states were read
     partitions_read: int = 0  # states read from their logs (the rest came from the pack)
 
 
@@ -139,7 +138,6 @@ def prepare(
     on_progress("read", 0, 1)
     heads = tables.heads() if tables is not None else TableHeads()
     summary_seq = reconcile_summaries(store).last()  # before the states: its entries are in them
-    read_at_ms = int(store_now(store) * 1000)  # before the states: every entry they fold is older
     base, pack_full_seq = (None, None) if full else pack_base(store, passed, pt, heads, summary_seq, last + 1, config)
     gathered = gather_all(store, threads=config.read_threads, pack=base)
     c, views = gathered.c, gathered.views
@@ -287,7 +285,6 @@ def prepare(
         pack_crcs=gathered.last_crcs,
         pack_full_seq=pack_full_seq,
         pack_summary_seq=summary_seq,
-        pack_read_at_ms=read_at_ms,
         partitions_read=gathered.read_from_logs,
     )
 

@@ -140,7 +140,6 @@ def run_gc(
                 pack_crc32c=pack and pack[1],
                 pack_full_seq=(seq if p.pack_full_seq is None else p.pack_full_seq) if pack else None,
                 pack_summary_seq=p.pack_summary_seq if pack else None,
-                pack_read_at_ms=p.pack_read_at_ms if pack else None,
                 partitions_read=p.partitions_read,
             )
 
