@@ -244,13 +244,14 @@ class PartitionLog:
         self._maybe_snapshot(state)
         return window.recover(state)
 
-    def last_entry_crc(self, state: sm.PartitionState) -> int | None:
+    def last_entry_crc(self, state: sm.PartitionState, *, fetch: bool = True) -> int | None:
         """The CRC32C of the stored bytes of the entry ``state`` (read by this log) ends
-        at: as this log's last read decoded them, else one GET (None: no such entry)."""
+        at: as this log's last read decoded them, else (with ``fetch``) one GET (None:
+        not known, or no such entry)."""
         offset, crc = self._last_decoded
         if offset == state.applied_offset:
             return crc
-        if state.applied_offset < 0:
+        if state.applied_offset < 0 or not fetch:
             return None
         try:
             return codec.crc32c(self.store.get(self.key(state.applied_offset)))

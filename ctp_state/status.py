@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from ctp_state import incarnations, layout, state as sm
@@ -61,6 +61,7 @@ def try_read_partition_states(
     probe: bool = False,
     bases: Mapping[tuple[str, int], tuple[sm.PartitionState, int | None]] | None = None,
     last_crcs: dict[tuple[str, int], int | None] | None = None,
+    busy: Collection[tuple[str, int]] = (),
 ) -> tuple[list[sm.PartitionState | None], list[tuple[str, int, str]]]:
     """Like :func:`read_partition_states`, but a partition that does not read is
     reported as ``(topic, partition, why)`` (its slot is None) instead of raising.
@@ -71,7 +72,8 @@ def try_read_partition_states(
     each state with the CRC32C of the entry it ends at), a partition starts from its
     state there instead of its snapshot, where the log vouches for it
     (:meth:`PartitionLog.read_state`). With ``last_crcs``, each state's last entry's
-    CRC32C is put there (what a pack of these states names)."""
+    CRC32C is put there (what a pack of these states names; None where it would cost a
+    GET for a partition with placeholders pending, or one in ``busy``)."""
 
     def one(job: Job) -> sm.PartitionState | str:
         base, crc = bases.get((_name(job[0]), job[1]), (None, None)) if bases else (None, None)
@@ -81,7 +83,11 @@ def try_read_partition_states(
             )
             state = log.read_state(base, crc)
             if last_crcs is not None:
-                last_crcs[(_name(job[0]), job[1])] = log.last_entry_crc(state)
+                # A GET for it only where a pack may stand in for the log next time: not
+                # for a partition with work pending or just done (``busy``), which the
+                # next run reads from its log anyway.
+                tp = (_name(job[0]), job[1])
+                last_crcs[tp] = log.last_entry_crc(state, fetch=not state.pending and tp not in busy)
             return state
         except CtpError as e:
             return str(e)

@@ -187,8 +187,16 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     # Listing reads, never probing ones (``PartitionLog``): what the GC deletes follows
     # from the states, and a log read short of a lost entry would hide what it committed.
     last_crcs: dict[tuple[str, int], int | None] = {}
+    # (a partition the reconciler reported work in is read from its log next run too:
+    # no GET for its last entry's CRC32C)
+    busy = {tp for tp, (_, ticks) in pack.hints.items() if not ticks} if pack is not None else set()
     read, problems = try_read_partition_states(
-        store, [wanted[i] for i in todo], threads=threads, snapshot_every=LOG_READ_SNAPSHOT_TAIL, last_crcs=last_crcs
+        store,
+        [wanted[i] for i in todo],
+        threads=threads,
+        snapshot_every=LOG_READ_SNAPSHOT_TAIL,
+        last_crcs=last_crcs,
+        busy=busy,
     )
     for i, s in zip(todo, read):
         got[i] = s
