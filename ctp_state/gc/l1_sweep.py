@@ -268,13 +268,22 @@ def sweep_partition(
         else:
             res.orphans.append(info)
     if res.dropped:
-        # what retention.bytes weighs: the files it keeps (committed) or also let go
+        # what retention.bytes weighs: the files it keeps (committed) or also let go. A
+        # compaction after the trim merges the files after it into fewer bytes (one
+        # footer instead of many), which would hold the trim's files until the
+        # partition grows: a committed file counts as much as the files it replaced
+        # that are still in the store, when they weigh more (the bytes the trim
+        # weighed), never both.
         dropped_keys = {d.key for d in res.dropped}
-        kept = [
-            (_range(k)[0], i.size)
-            for k, i in listed.items()
-            if k in every or k in inp.all_committed or k in dropped_keys
-        ]
+        kept_keys = {k for k in listed if k in every or k in inp.all_committed or k in dropped_keys}
+        replaced: dict[str, int] = {}
+        for k, i in listed.items():
+            first, last = _range(k)
+            if k not in kept_keys and last <= lr:
+                holder = _retiring(inp, first, last)
+                if isinstance(holder, L1Ref):
+                    replaced[holder.key] = replaced.get(holder.key, 0) + i.size
+        kept = [(_range(k)[0], max(listed[k].size, replaced.get(k, 0))) for k in kept_keys]
         res.dropped = [replace(d, newer_bytes=sum(n for f, n in kept if f > d.last)) for d in res.dropped]
     res.swept_through = new_w
     res.swept_log_end = inp.log_end_offset if new_w == lr else inp.swept_log_end

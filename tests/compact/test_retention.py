@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from ctp_state import layout
+from ctp_state.compact import run_compaction
 from ctp_state.entries import AccessMode, Trim, TrimReason
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ConfigError, OffsetBeforeStart
@@ -22,7 +23,7 @@ from ctp_state.producer import Producer
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
 from ctp_state.retention import delete_records, plan_trim, run_retention
-from ctp_state.settings import GcSettings
+from ctp_state.settings import CompactSettings, GcSettings
 from ctp_state.table.maintenance import CatalogTables
 from ctp_state.topics import create_topic
 from tests.support import ctp, plog
@@ -246,6 +247,25 @@ def test_a_size_trim_that_drops_more_than_its_bound_demands_keeps_its_files(stor
     rec = run_gc(store, gate=gate, config=NOW)
     assert (rec.l1_retired_deleted, rec.l1_dropped_held) == (2, 0), rec
     assert [o.size for o in store.list(layout.L1_ROOT)] == sizes[3:]
+
+
+def test_a_size_trim_then_a_compaction_that_shrinks_the_bytes_after_it_still_lets_its_files_go(store, gate):
+    """Found by the soak (seed 47): retention.bytes dropped the oldest files, then a
+    compaction merged the files after them into one file with fewer bytes (one footer
+    instead of four). Weighed against the compacted file alone, the trim looked
+    unjustified and its files were held until the partition grew; the bytes the trim
+    weighed are the replaced files', still in the store: the dropped files go."""
+    timed_rounds(store, [T0 + i for i in range(6)], partitions=1)
+    sizes = [o.size for o in sorted(store.list(layout.L1_ROOT), key=lambda o: o.key)]
+    set_retention(store, "t", None, sum(sizes[2:]))  # keeps the newest four: drops two
+    assert run_retention(store).count("trimmed") == 1
+    assert run_compaction(store, config=CompactSettings(max_small_files=1)).files_replaced == 4
+    merged = plog(store, "t", 0).read_state().committed_l1_files()
+    assert len(merged) == 1 and store.head(merged[0].key).size < sum(sizes[2:])
+    rec = run_gc(store, gate=gate, config=NOW)
+    assert rec.status == "ok" and rec.l1_dropped_held == 0, rec
+    assert [o.key for o in store.list(layout.L1_ROOT)] == [merged[0].key]
+    assert offsets(store) == list(range(10, 30))
 
 
 def test_a_loosened_retention_holds_back_only_the_files_it_no_longer_allows(store, gate):
