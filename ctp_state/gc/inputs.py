@@ -209,7 +209,7 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     states = [s for s in got if s is not None]
     views = [PartitionView.of_state(s, ids[s.topic], *h) for s, h in zip(states, how)]
     deleted = frozenset((st.name, t.incarnation) for st in names for t in st.deleted)
-    return Gathered(c, views, deleted, names, states, [c for s, c in zip(got, crcs) if s is not None], len(todo))
+    return Gathered(c, views, deleted, names, states, [crc for s, crc in zip(got, crcs) if s is not None], len(todo))
 
 
 #: A GC read from a partition's log snapshots a tail (entries after the snapshot) this
