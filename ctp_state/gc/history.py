@@ -244,11 +244,20 @@ def newest_pack(store: ObjectStore, newest_summary_seq: int | None = None) -> Pa
         return None
     if newest_summary_seq is not None and newest_summary_seq - rec.pack_summary_seq > PACK_MAX_RECONCILES_BEHIND:
         return None
+    states = read_pack(store, rec)
+    return None if states is None else PackStates(rec.seq, {(s.topic, s.partition): (s, c) for s, c in states})
+
+
+def read_pack(store: ObjectStore, rec: GcRecord) -> list[tuple[PartitionState, int | None]] | None:
+    """The states (each with its last entry's CRC32C) of the pack GC record ``rec``
+    names; None when it names none or its pack does not read (damaged, cut short,
+    another run's: the reader reads the logs or snapshots instead)."""
+    if not rec.pack_key or rec.pack_crc32c is None:
+        return None
     try:
-        states = decode_pack(
+        return decode_pack(
             store.get(rec.pack_key), rec.pack_key, seq=rec.seq, run_id=rec.run_id, crc32c=rec.pack_crc32c
         )
     except (CorruptData, ObjectNotFound) as e:
         log.info("not starting from the state pack of GC run %d: %s", rec.seq, e)
         return None
-    return PackStates(rec.seq, {(s.topic, s.partition): (s, c) for s, c in states})

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ctp_state import codec, entries as en, state as sm, window
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, StateUnreadable
-from ctp_state.gc.pack import decode_pack
+from ctp_state.gc.history import read_pack
 from ctp_state.gc.table_hook import TableHeads
 from ctp_state.incarnations import NameState, all_names
 from ctp_state.partition_log import PartitionLog
@@ -250,16 +250,8 @@ def pack_base(
         return None, None
     if seq - rec.pack_full_seq >= config.full_read_every or summary_seq - rec.pack_summary_seq > MAX_HINT_SUMMARIES:
         return None, None
-    try:
-        packed = decode_pack(
-            store.get(rec.pack_key),
-            rec.pack_key,
-            seq=rec.seq,
-            run_id=rec.run_id,
-            crc32c=rec.pack_crc32c,
-        )
-    except (CorruptData, ObjectNotFound) as e:
-        log.info("not starting from the state pack of GC run %d: %s; reading every partition's log", rec.seq, e)
+    packed = read_pack(store, rec)
+    if packed is None:
         return None, None
     hints: dict[tuple[str, int], tuple[int, bool]] = {}
     summaries = reconcile_summaries(store)
