@@ -4,13 +4,17 @@ An append is a create-if-absent of the key for the next offset, so two writers c
 never both win an offset. The loser reads the entries it missed, re-applies them, and
 retries with an entry rebuilt from the fresher state, a bounded number of times.
 
-Reading a partition's current state costs one GET (the newest snapshot), one LIST
-(entries after it) and one GET per tail entry. A *probing* log (``probe=True``: the
+Reading a partition's current state costs one GET (the newest snapshot), one GET of
+the entry the snapshot ends at, one LIST (entries after it) and one GET per tail entry.
+A stored state (a snapshot, the GC's state pack) names the CRC32C of the entry it ends
+at, and is used only while the log holds those bytes there: a store that lost that
+entry and took another writer's in its slot would otherwise hide the new entry behind
+the state (a snapshot the log does not vouch for is set aside and the log read from its
+start). A *probing* log (``probe=True``: the
 reconciler's, which reads every partition every run to find work) lists nothing when
 it reads: it GETs the key after the snapshot's offset, and the next, until one is not
 there (a 404 is a GET-class request, a LIST a PUT-class one, which costs 12.5 times as
-much), plus a HEAD of the snapshot's own entry when the tail is empty (a snapshot the
-log does not reach is set aside, as with the listing). A log of create-if-absent
+much). A log of create-if-absent
 appends has no holes, so the first missing key is its end -- unless the store lost
 entries in the middle, which only a listing can see (:class:`~ctp_state.errors.LogGap`).
 So a probing log lists before it writes instead: before a create, one page of the
@@ -33,9 +37,11 @@ Offset 0 is the partition's init entry and nothing else: nothing but an init is 
 appended to a log that has none (R9).
 
 When the store fails an append's create (a lost response, a 5xx after the write), the
-append writes the same bytes to the same key again: an identical entry at that offset
-is its own, another entry there means it lost the race. If the store stays unreachable
-the outcome is :class:`~ctp_state.errors.OutcomeUnknown`, never a rejection (I4).
+append writes the same bytes to the same key again -- once it has checked that the
+entry before it is still the one its state ends at -- and an identical entry at that
+offset is its own, another entry there means it lost the race. If the store stays
+unreachable, or the entry before it changed, the outcome is
+:class:`~ctp_state.errors.OutcomeUnknown`, never a rejection (I4).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ctp_state import codec, entries as en, layout, snapshot, state as sm, window
 from ctp_state.entries import AccessMode, Claim, Entry, Init, Release
@@ -96,9 +102,11 @@ class _Counter:
 SNAPSHOTS_SET_ASIDE = _Counter()
 
 
-class _SnapshotAhead(Exception):
-    def __init__(self, offset: int):
-        self.offset = offset
+class _NotVouched(Exception):
+    """The log does not hold the entry a stored state ends at (``why``: absent, or other bytes)."""
+
+    def __init__(self, offset: int, why: str):
+        self.offset, self.why = offset, why
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +154,6 @@ class PartitionLog:
         self.probe = probe
         self._created = -2  # the offset of this log's last create (a probing log's next needs no listing)
         self.idle_snapshot_every = idle_snapshot_every
-        self._last_decoded: tuple[int, int] = (-1, 0)  # (offset, CRC32C of its bytes) of the last entry decoded
 
     def key(self, offset: int) -> str:
         return layout.log_entry(self.topic, self.partition, offset, self.topic_id)
@@ -199,13 +206,14 @@ class PartitionLog:
         snap = self.read_snapshot()
         try:
             state = self.catch_up(snap, reach=True)
-        except _SnapshotAhead as e:
+        except _NotVouched as e:
             # A snapshot is trusted only as far as the log vouches for it: one that covers
-            # entries the log does not hold is not this log's summary (it landed late,
-            # or was put there), so it is set aside and counted like a corrupt one.
+            # entries the log does not hold (it landed late, or was put there), or whose
+            # last entry holds other bytes now (the store lost it and took another entry
+            # in its slot), is not this log's summary: set aside, counted like a corrupt one.
             key = layout.snapshot(self.topic, self.partition, self.topic_id)
             self.snapshot_problem = (
-                f"{key}: snapshot covers log offset {snap.applied_offset} but the log holds no entry "
+                f"{key}: snapshot covers log offset {snap.applied_offset} but the log holds {e.why} at "
                 f"{e.offset}; set aside"
             )
             SNAPSHOTS_SET_ASIDE.inc()
@@ -234,10 +242,8 @@ class PartitionLog:
         if not base.initialized or base.applied_offset < 0:
             return None
         try:
-            last = self.store.get(self.key(base.applied_offset))
-        except ObjectNotFound:
-            return None
-        if codec.crc32c(last) != crc:
+            base = self._vouched(sm.evolve(base, last_entry=(base.applied_offset, crc)))
+        except _NotVouched:
             return None
         state = self.catch_up(base)
         self._snapshot_offset = max(self._snapshot_offset, base.applied_offset)
@@ -245,12 +251,11 @@ class PartitionLog:
         return window.recover(state)
 
     def last_entry_crc(self, state: sm.PartitionState, *, fetch: bool = True) -> int | None:
-        """The CRC32C of the stored bytes of the entry ``state`` (read by this log) ends
-        at: as this log's last read decoded them, else (with ``fetch``) one GET (None:
-        not known, or no such entry)."""
-        offset, crc = self._last_decoded
-        if offset == state.applied_offset:
-            return crc
+        """The CRC32C of the stored bytes of the entry ``state`` ends at: as the state
+        knows it (read or written by a log), else (with ``fetch``) one GET (None: not
+        known, or no such entry)."""
+        if state.last_crc is not None:
+            return state.last_crc
         if state.applied_offset < 0 or not fetch:
             return None
         try:
@@ -258,34 +263,40 @@ class PartitionLog:
         except ObjectNotFound:
             return None
 
-    def _decode(self, offset: int, data: bytes, key: str) -> Entry:
-        entry = en.decode(data, key)
-        self._last_decoded = (offset, codec.crc32c(data))
-        return entry
+    def _vouched(self, state: sm.PartitionState) -> sm.PartitionState:
+        """``state``, if the log still holds the entry it ends at with the bytes it was
+        folded from or written with (one GET; a state that does not know them -- a
+        snapshot from before they were recorded -- is vouched for by the entry's
+        existence, and learns them). Raises :class:`_NotVouched` if not: a store that
+        lost the entry and took another in its slot (a producer appending from its
+        cached state) must not have that entry hidden behind the state."""
+        offset = state.applied_offset
+        if offset < 0:
+            return state
+        try:
+            crc = codec.crc32c(self.store.get(self.key(offset)))
+        except ObjectNotFound:
+            raise _NotVouched(offset, "no entry") from None
+        if state.last_crc is None:
+            return sm.evolve(state, last_entry=(offset, crc))
+        if crc != state.last_crc:
+            raise _NotVouched(offset, "another entry")
+        return state
 
-    def entries(self, after: int = -1, *, reach: bool = False) -> Iterator[tuple[int, Entry]]:
-        """Yield ``(offset, entry)`` for every entry after log offset ``after``. With
-        ``reach``, first check that the log holds entry ``after`` itself (one LIST all
-        the same: it starts one key earlier), raising :class:`_SnapshotAhead` if not."""
+    def entries(self, after: int = -1) -> Iterator[tuple[int, Entry]]:
+        """Yield ``(offset, entry)`` for every entry after log offset ``after``."""
+        for offset, entry, _crc in self._read(after):
+            yield offset, entry
+
+    def _read(self, after: int) -> Iterator[tuple[int, Entry, int]]:
+        """:meth:`entries`, each with the CRC32C of its stored bytes."""
         if self.probe:
-            yield from self._probed(after, reach)
+            yield from self._probed(after)
             return
-        if reach and after >= 0:
-            start_after = self.key(after - 1) if after >= 1 else None
-            expected = after
-        else:
-            start_after = self.key(after) if after >= 0 else None
-            expected = after + 1
-        checking = reach and after >= 0
+        start_after = self.key(after) if after >= 0 else None
+        expected = after + 1
         for info in self.store.list(self.prefix, start_after=start_after):
             offset = layout.log_offset_of(info.key, self.prefix)
-            if checking:
-                checking = False
-                if offset != after and self.store.head(self.key(after)) is None:
-                    raise _SnapshotAhead(after)
-                expected = after + 1
-                if offset == after:
-                    continue
             # A log of create-if-absent appends has no holes, but a listing taken while
             # it grows may skip an entry and return a later one (a directory read during
             # link(2)s on the local store). Read the skipped keys themselves; only one
@@ -296,17 +307,16 @@ class PartitionLog:
                     data = self.store.get(key)
                 except ObjectNotFound:
                     raise LogGap(info.key, expected, offset) from None
-                yield expected, self._decode(expected, data, key)
+                yield expected, en.decode(data, key), codec.crc32c(data)
                 expected += 1
             if offset != expected:
                 raise LogGap(info.key, expected, offset)
-            yield offset, self._decode(offset, self.store.get(info.key), info.key)
+            data = self.store.get(info.key)
+            yield offset, en.decode(data, info.key), codec.crc32c(data)
             expected += 1
-        if checking and self.store.head(self.key(after)) is None:
-            raise _SnapshotAhead(after)
 
-    def _probed(self, after: int, reach: bool) -> Iterator[tuple[int, Entry]]:
-        """:meth:`entries` by GETs of each next key until one is missing: no listing."""
+    def _probed(self, after: int) -> Iterator[tuple[int, Entry, int]]:
+        """:meth:`_read` by GETs of each next key until one is missing: no listing."""
         offset = after + 1
         while True:
             key = self.key(offset)
@@ -314,22 +324,26 @@ class PartitionLog:
                 data = self.store.get(key)
             except ObjectNotFound:
                 break
-            yield offset, self._decode(offset, data, key)
+            yield offset, en.decode(data, key), codec.crc32c(data)
             offset += 1
-        if reach and after >= 0 and offset == after + 1 and self.store.head(self.key(after)) is None:
-            raise _SnapshotAhead(after)
 
     def catch_up(self, state: sm.PartitionState, *, reach: bool = False) -> sm.PartitionState:
         """Apply every entry after ``state.applied_offset`` (with ``reach``, first check
-        the log holds that offset itself, see :meth:`entries`).
+        the log still holds the entry the state ends at, with its bytes: :meth:`_vouched`).
 
         Never snapshots: ``state`` may hold entries its caller appended and never read
         back. Only :meth:`read_state`, whose state is folded from bytes read from the
         store (the snapshot and every entry after it), writes snapshots: a snapshot
         must never vouch for an entry whose stored bytes nobody decoded (a torn write
         or a lying disk would then be hidden from every reader and from the GC)."""
-        for offset, entry in self.entries(state.applied_offset, reach=reach):
+        if reach:
+            state = self._vouched(state)
+        last = None
+        for offset, entry, crc in self._read(state.applied_offset):
             state = sm.apply(state, offset, entry).state
+            last = (offset, crc)
+        if last is not None:
+            state = sm.evolve(state, last_entry=last)
         self._seen_at = time.monotonic()
         return state
 
@@ -373,11 +387,11 @@ class PartitionLog:
         elif time.monotonic() - self._seen_at > self.recheck_after_s:
             try:
                 state = self.catch_up(state, reach=True)
-            except _SnapshotAhead as e:
+            except _NotVouched as e:
                 raise LogRewound(self.topic, self.partition, e.offset) from None
         self._seen_at = time.monotonic()
         current = {"state": state}
-        built: dict[int, Entry] = {}
+        built: dict[int, tuple[Entry, bytes]] = {}
 
         def build(offset: int) -> tuple[str, bytes]:
             st = current["state"]
@@ -391,8 +405,9 @@ class PartitionLog:
                     if not st.initialized
                     else "the log already has its init entry",
                 )
-            built[offset] = entry
-            return self.key(offset), en.encode(entry)
+            data = en.encode(entry)
+            built[offset] = (entry, data)
+            return self.key(offset), data
 
         def after_loss(_offset: int) -> int:
             current["state"] = self.catch_up(current["state"])  # the entry that won, and any after it
@@ -405,24 +420,50 @@ class PartitionLog:
             after_loss=after_loss,
             what=f"append to {self.topic}/{self.partition}",
             attempts=self.max_attempts,
-            create=lambda n, key, data: self._create(key, data, n),
+            create=lambda n, key, data: self._create(key, data, n, current["state"]),
         )
-        outcome = sm.apply(current["state"], offset, built[offset])
+        entry, data = built[offset]
+        outcome = sm.apply(current["state"], offset, entry)
+        outcome = replace(outcome, state=sm.evolve(outcome.state, last_entry=(offset, codec.crc32c(data))))
         return Appended(offset, outcome)  # no snapshot: this entry was never read back (see catch_up)
 
-    def _create(self, key: str, data: bytes, offset: int) -> bool:
-        """Create ``key`` holding ``data``: True when it holds our bytes, False when
-        another writer's entry is there. Raises :class:`OutcomeUnknown` when the store
-        keeps failing. A probing log first checks that it is not writing into a hole
-        (see the module's docstring), with one page of a listing from its key on: a
-        later key there and this one not is a :class:`LogGap`; this one there, a writer
-        got ahead of this one (a lost race)."""
+    def _create(self, key: str, data: bytes, offset: int, after: sm.PartitionState) -> bool:
+        """Create ``key`` holding ``data`` (an entry built on ``after``, the state it
+        follows): True when it holds our bytes, False when another writer's entry is
+        there. Raises :class:`OutcomeUnknown` when the store keeps failing. A probing
+        log first checks that it is not writing into a hole (see the module's
+        docstring), with one page of a listing from its key on: a later key there and
+        this one not is a :class:`LogGap`; this one there, a writer got ahead of this
+        one (a lost race).
+
+        A create whose response was lost is sent again only while the entry before it
+        is still the one ``after`` ends at (its bytes, one GET per re-send): the first
+        send may have landed, been read (by the GC, into its state pack) and been lost
+        by the store with the entry before it, and another writer may have landed in
+        that slot since; the very same bytes at ``offset`` would then match what the
+        pack names, and hide that writer's entry from every reader starting there. The
+        outcome is unknown then (:class:`OutcomeUnknown`): the first send may have landed."""
         if self.probe and offset != self._created + 1:  # (right after its own create, no hole can be before it)
             first = next(iter(self.store.list(self.prefix, start_after=self.key(offset - 1) if offset else None)), None)
             if first is not None:
                 if first.key != key:
                     raise LogGap(first.key, offset, layout.log_offset_of(first.key, self.prefix))
                 return False
+
+        def still_after() -> str | None:
+            if after.applied_offset < 0:
+                return None
+            try:
+                crc = codec.crc32c(self.store.get(self.key(after.applied_offset)))
+            except ObjectNotFound:
+                crc = None
+            if crc is not None and after.last_crc in (None, crc):
+                return None
+            return (
+                f"the entry before it (log offset {after.applied_offset}) is no longer the one this "
+                "writer's state ends at (the store lost entries it had acknowledged); not sent again"
+            )
+
         try:
             created = create_once(
                 self.store,
@@ -431,6 +472,7 @@ class PartitionLog:
                 attempts=self.resolve_attempts,
                 backoff_s=self.resolve_backoff_s,
                 sleep=self._sleep,
+                before_resend=still_after,
             )
             if created:
                 self._created = offset

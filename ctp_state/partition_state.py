@@ -127,6 +127,13 @@ class PartitionState:
     topic_id: str | None = None
     #: R10: the topic incarnation was deleted; the log takes nothing more (a seal entry).
     sealed: bool = False
+    #: ``(log offset, CRC32C of its stored bytes)`` of the entry this state ends at, as
+    #: the state's reader decoded it or its writer wrote it (None: not known). It names
+    #: *which* log the state is the fold of: a store that lost the entry and took
+    #: another in its slot holds other bytes there (docs/design.md section 14). Only
+    #: meaningful while the offset is ``applied_offset`` (see :attr:`last_crc`); not part
+    #: of the state's value (two reads of one log are equal states).
+    last_entry: tuple[int, int] | None = field(default=None, compare=False)
     # --- volatile: the sliding fence window, never snapshotted ---
     max_seen_epoch: int | None = field(default=None, compare=False)
     oldest_accepted_epoch: int | None = field(default=None, compare=False)
@@ -143,6 +150,12 @@ class PartitionState:
         if self.max_seen_epoch is None:
             return None
         return (self.oldest_accepted_epoch, self.max_seen_epoch)  # type: ignore[return-value]
+
+    @property
+    def last_crc(self) -> int | None:
+        """The CRC32C of the stored bytes of the entry this state ends at (None: not known)."""
+        e = self.last_entry
+        return e[1] if e is not None and e[0] == self.applied_offset and self.applied_offset >= 0 else None
 
     @property
     def m(self) -> int | None:

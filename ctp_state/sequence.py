@@ -46,17 +46,29 @@ def create_once(
     attempts: int = 6,
     backoff_s: float = 0.1,
     sleep: Callable[[float], None] = time.sleep,
+    before_resend: Callable[[], str | None] | None = None,
 ) -> bool:
     """Create ``key`` holding ``data``. True when the key holds these bytes afterwards
     (including a create whose response was lost and that was sent again), False when
     it holds another writer's bytes. Raises :class:`CreateOutcomeUnknown` when the store
-    keeps failing, so the caller can report "unknown", never "failed"."""
+    keeps failing, so the caller can report "unknown", never "failed".
+
+    ``before_resend()`` runs before each send after the first: a reason not to send
+    again (the outcome is unknown then), or None."""
     cause = ""
     for attempt in range(attempts):
         if attempt:
             sleep(backoff_s * 2 ** (attempt - 1))
+            if before_resend is not None:
+                try:
+                    stop = before_resend()
+                except (StoreError, OSError) as e:
+                    cause = str(e)
+                    continue
+                if stop is not None:
+                    raise CreateOutcomeUnknown(key, f"{cause}; {stop}" if cause else stop)
         try:
-            store.put_if_absent(key, data)
+            store.put_if_absent_once(key, data)
             return True
         except KeyExists:
             try:

@@ -14,7 +14,7 @@ from typing import Annotated
 import msgspec
 
 from ctp_state import codec, layout, validate
-from ctp_state.entries import AccessMode, Count, Epoch, Name, Positive
+from ctp_state.entries import AccessMode, Count, Crc32, Epoch, Name, Positive
 from ctp_state.errors import CorruptData, UnsupportedVersion
 from ctp_state.state import Holder, PartitionState, Pending, ProducerSeq
 from ctp_state.window import recover
@@ -79,6 +79,10 @@ class SnapshotV2(msgspec.Struct, frozen=True, kw_only=True):
     l1_ends: tuple[Count, ...]
     l1_crcs: tuple[Count | None, ...]
     producers: tuple[ProducerSeq, ...]  # stored as the state holds them (a row each)
+    #: The CRC32C of the stored bytes of the entry at ``applied_offset``: a reader starting
+    #: here checks the log still holds those bytes there (absent: written before ctp
+    #: recorded it, or not known; the entry's existence is all that is checked then).
+    last_crc: Crc32 | None = None
 
 
 class SnapshotV3(SnapshotV2, frozen=True, kw_only=True):
@@ -102,7 +106,7 @@ _PENDING = attrgetter(*_PendingRow.__struct_fields__)
 _DECODER = msgspec.json.Decoder(SnapshotV3)
 
 #: The fields a snapshot holds as the state holds them (the rest are rows, above).
-_AS_IS = tuple(f for f in SnapshotV2.__struct_fields__ if f not in ("v", "holders", "pending"))
+_AS_IS = tuple(f for f in SnapshotV2.__struct_fields__ if f not in ("v", "holders", "pending", "last_crc"))
 _AS_IS_V3 = _AS_IS + _V3_ONLY
 
 
@@ -114,8 +118,12 @@ def encode_snapshot(s: PartitionState) -> bytes:
         **{name: getattr(s, name) for name in names},
         holders=tuple(_HolderRow(*_HOLDER(h)) for h in s.holders),
         pending=tuple(_PendingRow(*_PENDING(p)) for p in s.pending),
+        last_crc=s.last_crc,
     )
-    return codec.seal(msgspec.to_builtins(snap))
+    body = msgspec.to_builtins(snap)
+    if body["last_crc"] is None:
+        del body["last_crc"]  # (what a snapshot without it always looked like)
+    return codec.seal(body)
 
 
 def decode_snapshot(data: bytes, key: str) -> PartitionState:
@@ -155,6 +163,7 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
         oldest_accepted_epoch=snap.max_applied_epoch,
         holders=tuple(Holder(*_HOLDER(h)) for h in snap.holders),
         pending=tuple(Pending(*_PENDING(p)) for p in snap.pending),
+        last_entry=None if snap.last_crc is None else (snap.applied_offset, snap.last_crc),
     )
     problems = inconsistencies(s)
     if problems:

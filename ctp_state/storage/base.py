@@ -93,6 +93,13 @@ class ObjectStore(ABC):
     def put_if_absent(self, key: str, data: bytes) -> None:
         """Create the object; raise :class:`KeyExists` if the key exists. Atomic."""
 
+    def put_if_absent_once(self, key: str, data: bytes) -> None:
+        """:meth:`put_if_absent`, sent once: no retry of the store's own (a client's
+        retries of a request whose response was lost send it again unseen). For
+        :func:`ctp_state.sequence.create_once`, which is the retry loop of its creates
+        and checks what it must before each re-send."""
+        self.put_if_absent(key, data)
+
     @abstractmethod
     def head(self, key: str) -> ObjectInfo | None:
         """Return the object's size and mtime, or ``None`` if it is absent."""

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import builtins
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import ParseResult
@@ -30,6 +31,8 @@ class S3Store(ObjectStore):
         self.url = f"s3://{bucket}/{self.prefix}"
         self._s3 = client
         self._settings = settings
+        self._creates: Any = None  # the client of put_if_absent_once
+        self._creates_lock = threading.Lock()
         from botocore.exceptions import BotoCoreError, ClientError
 
         # Connection failures (BotoCoreError) become StoreError just like HTTP errors.
@@ -116,8 +119,22 @@ class S3Store(ObjectStore):
             raise self._fail("PUT", key, e) from None
 
     def put_if_absent(self, key: str, data: bytes) -> None:
+        self._create(self._s3, key, data)
+
+    def put_if_absent_once(self, key: str, data: bytes) -> None:
+        # A client with botocore's retries off, made on first use: its retries would send
+        # the create again unseen, and a log entry is sent again only after its writer
+        # checked the entry before it (ctp_state.sequence.create_once is the retry loop).
+        if self._settings is None:
+            return self._create(self._s3, key, data)
+        with self._creates_lock:
+            if self._creates is None:
+                self._creates = self._settings.client(max_attempts=1)
+        self._create(self._creates, key, data)
+
+    def _create(self, client: Any, key: str, data: bytes) -> None:
         try:
-            self._s3.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, IfNoneMatch="*")
+            client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, IfNoneMatch="*")
         except self._ClientError as e:
             # 412: the key exists. 409 ConditionalRequestConflict: a concurrent
             # conditional write to the same key is in flight; it will win or has won.
@@ -226,6 +243,8 @@ class S3Store(ObjectStore):
 
     def close(self) -> None:
         self._s3.close()
+        if self._creates is not None:
+            self._creates.close()
 
 
 def _folder(obj: dict[str, Any]) -> bool:

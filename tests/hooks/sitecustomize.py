@@ -130,7 +130,7 @@ elif _PLANT == "create_is_plain_put":
     def put_if_absent(self, key, data):  # type: ignore[no-untyped-def]
         self.put(key, data)
 
-    _Local.put_if_absent = put_if_absent
-    _S3.put_if_absent = put_if_absent
+    _Local.put_if_absent = _Local.put_if_absent_once = put_if_absent
+    _S3.put_if_absent = _S3.put_if_absent_once = put_if_absent
 elif _PLANT:
     raise SystemExit(f"unknown CTP_SIM_PLANT {_PLANT!r}")

@@ -1,0 +1,150 @@
+"""Found by review: a reader that starts from a stored state (the GC's state pack, a
+snapshot) must know the log still ends where that state ends, by the *bytes* of the
+entry it ends at -- and that entry's bytes must say which log they were written after.
+
+Both scenarios need a store that loses acknowledged writes (S3 does not; a file system
+that loses its newest writes does), and each loses a record without the fix:
+
+- A re-send. Producer P1's create of offset K is written, its response lost. Before it
+  re-sends, the GC packs the state at K, the store loses offsets K-1 and K, and producer
+  P2 lands at K-1. P1's re-send of the very same bytes at K then matches the pack byte
+  for byte, and every reader from the pack skips P2's placeholder: the reconciler
+  commits past it, M passes its epoch and its L0 object is deleted. A writer re-sends an
+  entry only while the entry before it is still the one its state ends at.
+- A snapshot trusted for the mere existence of its last entry. A snapshot ends at a tick
+  at N, the store loses N, and a long-lived producer appending from its cached state
+  lands at N: a reader from the snapshot found *an* entry at N (a HEAD) and skipped it.
+  A snapshot names the CRC32C of the entry it ends at; a reader GETs that entry and
+  compares.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ctp_state import layout
+from ctp_state.entries import Placeholder, Tick
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import OutcomeUnknown, StoreError
+from ctp_state.gc import run_gc
+from ctp_state.gc.history import newest_pack
+from ctp_state.l0 import Record
+from ctp_state.producer import Producer
+from ctp_state.reconcile import run_reconcile
+from ctp_state.topics import create_topic
+from tests.support import Wrapped, assert_exactly_once, plog
+
+
+def gc(store, gate):
+    rec = run_gc(store, gate=gate)
+    assert rec.status == "ok", rec.gate.failures if rec.gate else rec.error
+    return rec
+
+
+def epoch(store, gate, *, gc_first=False):
+    ClusterEpoch(store).advance()
+    if gc_first:
+        gc(store, gate)
+    assert run_reconcile(store).ok
+    gc(store, gate)
+
+
+class LoseThenReport(Wrapped):
+    """The create of ``key`` is carried out; then ``meanwhile()`` runs (what happens
+    while its response is on its way); then the response is lost."""
+
+    def __init__(self, inner, key, meanwhile):
+        super().__init__(inner)
+        self.key, self.meanwhile, self.fired = key, meanwhile, False
+
+    def put_if_absent(self, k, d):
+        self.inner.put_if_absent(k, d)
+        if k == self.key and not self.fired:
+            self.fired = True
+            self.meanwhile()
+            raise StoreError(f"connection reset after the request for {k!r} was sent")
+
+
+@pytest.mark.parametrize("first", ["reconcile", "gc"])
+def test_a_resent_entry_after_the_store_lost_the_one_before_it_hides_nothing(store, gate, first):
+    create_topic(store, "t", 1)
+    for _ in range(2):
+        epoch(store, gate)
+    log = plog(store, "t", 0)
+    ClusterEpoch(store).advance()
+    with Producer(store, epoch_ttl_s=0) as p0:
+        assert p0.write([(("t", 0), [Record(b"a")])])[0].accepted
+    k = log.read_state().applied_offset + 1
+    landed = {}
+
+    def meanwhile():
+        gc(store, gate)  # the GC packs the state at K (P1's entry folded in)
+        pack = newest_pack(store)
+        st, crc = pack.states[("t", 0)]
+        assert (st.applied_offset, crc) == (k, log.last_entry_crc(st)), "the pack does not end at K"
+        store.delete_many([log.key(k - 1), log.key(k)])  # the store loses its two newest entries
+        with Producer(store, epoch_ttl_s=0) as p2:
+            landed["c"] = p2.write([(("t", 0), [Record(b"c")])])[0]
+
+    with Producer(LoseThenReport(store, log.key(k), meanwhile), epoch_ttl_s=0) as p1:
+        vb = p1.write([(("t", 0), [Record(b"b")])])[0]
+    assert landed["c"].accepted, landed["c"].error
+    assert isinstance(dict(log.entries())[k - 1], Placeholder)
+    resent = log.key(k) in {o.key for o in store.list(log.prefix)}
+    for _ in range(4):
+        epoch(store, gate, gc_first=first == "gc")
+    # (a was lost by the store: its entry is gone; the producer was told it landed)
+    assert_exactly_once(store, "t", {0: [Record(b"c")] + ([Record(b"b")] if vb.accepted else [])}, all_in_l1=True)
+    # The entry before P1's is no longer the one its state ends at: its re-send is not
+    # sent, and its outcome is unknown (it did land once): the producer re-sends the batch.
+    assert not vb.accepted and isinstance(vb.error, OutcomeUnknown), vb
+    assert "no longer the one this writer's state ends at" in str(vb.error)
+    assert not resent
+
+
+def test_a_placeholder_in_a_snapshots_lost_last_entry_is_seen(store, gate):
+    create_topic(store, "t", 1)
+    epoch(store, gate)
+    log = plog(store, "t", 0)
+    with Producer(store, epoch_ttl_s=0) as prod:  # long-lived: it appends from its cached state
+        ClusterEpoch(store).advance()
+        assert prod.write([(("t", 0), [Record(b"a")])])[0].accepted
+        for _ in range(8):
+            epoch(store, gate)
+            if isinstance(list(log.entries())[-1][1], Tick) and not log.read_state().pending:
+                break
+        else:
+            raise AssertionError("the partition never ticked")
+        state = log.read_state()
+        n = state.applied_offset
+        log.write_snapshot(state)  # a reader that folded the log snapshots it at the tick
+        store.delete_many([log.key(n)])  # the store loses the tick
+        vb = prod.write([(("t", 0), [Record(b"b")])])[0]
+        assert vb.accepted, vb.error
+        assert isinstance(dict(log.entries())[n], Placeholder)  # in the lost tick's slot
+    for _ in range(4):
+        epoch(store, gate)
+    assert_exactly_once(store, "t", {0: [Record(b"a"), Record(b"b")]}, all_in_l1=True)
+
+
+def test_a_snapshot_whose_last_entry_was_replaced_is_set_aside_by_every_reader(store):
+    """The log's own readers, without the GC or reconciler around them: a listing read
+    and a probing read from a snapshot whose last entry holds other bytes now."""
+    create_topic(store, "t", 1)
+    ClusterEpoch(store).advance()
+    with Producer(store, epoch_ttl_s=0) as prod:
+        assert prod.write([(("t", 0), [Record(b"a")])])[0].accepted
+        log = plog(store, "t", 0)
+        state = log.read_state()
+        log.write_snapshot(state)
+        n = state.applied_offset
+        snap = layout.snapshot("t", 0, log.topic_id)
+        late = store.get(snap)
+        store.delete_many([log.key(n)])
+        with Producer(store, epoch_ttl_s=0) as other:
+            assert other.write([(("t", 0), [Record(b"b")])])[0].accepted  # lands at n
+        store.put(snap, late)  # a slow snapshot PUT lands last (a plain overwrite)
+    for probe in (False, True):
+        st = plog(store, "t", 0, probe=probe, write_snapshots=False).read_state()
+        assert [p.record_count for p in st.pending] == [1] and st.applied_offset == n
+        assert st.pending[0].l0_key != state.pending[0].l0_key  # b's placeholder, not a's
