@@ -46,7 +46,7 @@ import pyarrow as pa
 from ctp_state import crashpoints, l0, layout, state as sm
 from ctp_state.entries import AccessMode, Compact
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, OutcomeUnknown, Rejected
-from ctp_state.l1 import encode_parquet, l1_sizes, parse_l1, read_l1, write_once
+from ctp_state.l1 import encode_parquet, l1_sizes, parse_l1, read_l1, weight_of, write_once
 from ctp_state.partition_log import PartitionLog
 from ctp_state.partition_state import L1Ref
 from ctp_state.reconcile import pmap
@@ -130,14 +130,16 @@ class CompactJob:
         return layout.l1_key(self.topic, self.partition, self.first, self.last, self.topic_id, self.writer_epoch)
 
 
-def merged_rows(store: ObjectStore, job: CompactJob) -> tuple[pa.Table, int]:
+def merged_rows(store: ObjectStore, job: CompactJob) -> tuple[pa.Table, int, int]:
     """The replaced files' rows, concatenated and checked to hold exactly offsets
-    ``first``..``last`` once each, in order; and the bytes read."""
-    tables, read = [], 0
+    ``first``..``last`` once each, in order; the bytes read; and what the replaced
+    files weigh for retention.bytes (:func:`~ctp_state.l1.weight_of`: the new file's)."""
+    tables, read, weight = [], 0, 0
     for ref in job.replaced:
         data = store.get(ref.key)
         read += len(data)
         t = parse_l1(data, ref.key, ref.crc32c)
+        weight += weight_of(len(data), t.schema.metadata)
         offs = t.column("offset").to_numpy()
         if len(offs) != ref.last - ref.first + 1 or (len(offs) and (offs[0] != ref.first or offs[-1] != ref.last)):
             raise CorruptData(ref.key, f"committed L1 file does not hold exactly offsets {ref.first}-{ref.last}")
@@ -146,7 +148,7 @@ def merged_rows(store: ObjectStore, job: CompactJob) -> tuple[pa.Table, int]:
     offs = merged.column("offset").to_numpy()
     if len(offs) != job.last - job.first + 1 or not np.array_equal(offs, np.arange(job.first, job.last + 1)):
         raise CorruptData(job.key, f"the replaced files do not hold offsets {job.first}-{job.last} exactly once")
-    return merged, read
+    return merged, read, weight
 
 
 def build_run(store: ObjectStore, job: CompactJob, *, compression: str = "zstd") -> RunBuild:
@@ -154,8 +156,10 @@ def build_run(store: ObjectStore, job: CompactJob, *, compression: str = "zstd")
     against what the replaced files hold (never raises: an error is in the result)."""
     t0 = time.perf_counter()
     try:
-        merged, read = merged_rows(store, job)
-        data = encode_parquet(merged, job.topic, job.partition, compression=compression, topic_id=job.topic_id)
+        merged, read, weight = merged_rows(store, job)
+        data = encode_parquet(
+            merged, job.topic, job.partition, compression=compression, topic_id=job.topic_id, weight_bytes=weight
+        )
         data = write_once(store, job.key, data, merged)
         crashpoints.reached("compact_after_write")
         back = read_l1(store, job.key, l0.crc32c(data)).replace_schema_metadata(None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -148,8 +148,19 @@ def _micros(ms: pa.Array) -> pa.Array:
     )
 
 
+#: A compacted file's footer key: the bytes of the files it replaced (each weighed the
+#: same way), what retention.bytes weighed before the compaction merged them into fewer.
+WEIGHT_KEY = b"ctp.weight_bytes"
+
+
 def encode_parquet(
-    table: pa.Table, topic: str, partition: int, *, compression: str = "zstd", topic_id: str | None = None
+    table: pa.Table,
+    topic: str,
+    partition: int,
+    *,
+    compression: str = "zstd",
+    topic_id: str | None = None,
+    weight_bytes: int | None = None,
 ) -> bytes:
     first, last = table.column("offset")[0].as_py(), table.column("offset")[-1].as_py()
     meta = {
@@ -161,6 +172,8 @@ def encode_parquet(
     }
     if topic_id is not None:
         meta[b"ctp.topic_id"] = topic_id.encode()
+    if weight_bytes is not None:
+        meta[WEIGHT_KEY] = str(weight_bytes).encode()
     table = table.replace_schema_metadata(meta)
     buf = io.BytesIO()
     # Page checksums (CRC32) carry the end-to-end check past the L0 chunk's CRC32C: a
@@ -314,6 +327,26 @@ def newest_record_ms(store: ObjectStore, key: str) -> int | None:
         ms = int(v.timestamp() * 1000) if hasattr(v, "timestamp") else int(v) // 1000
         best = ms if best is None else max(best, ms)
     return best
+
+
+def weight_of(size: int, metadata: Mapping[bytes, bytes] | None) -> int:
+    """What an L1 file of ``size`` bytes weighs for retention.bytes: its size, or the
+    bytes of the files it replaced when its footer (``metadata``) names more (a
+    compaction merges files into fewer bytes; a trim weighed the files before it). A
+    weight that does not parse is no weight: the size."""
+    raw = (metadata or {}).get(WEIGHT_KEY)
+    try:
+        named = int(raw) if raw is not None else 0
+    except ValueError:
+        named = 0
+    return max(size, named)
+
+
+def file_weight(store: ObjectStore, key: str, size: int) -> int:
+    """:func:`weight_of` the L1 file ``key`` (its footer: one ranged read)."""
+    from ctp_state.table.register import read_footer
+
+    return weight_of(size, read_footer(store, key).metadata.metadata)
 
 
 def l1_sizes(store: ObjectStore, topic: str, partition: int, topic_id: str | None) -> dict[str, int]:

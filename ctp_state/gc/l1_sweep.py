@@ -59,7 +59,7 @@ import pyarrow.compute as pc
 
 from ctp_state import layout
 from ctp_state.errors import CorruptData, ObjectNotFound
-from ctp_state.l1 import newest_record_ms, parse_l1
+from ctp_state.l1 import file_weight, newest_record_ms, parse_l1
 from ctp_state.partition_state import L1Ref
 from ctp_state.storage import ObjectInfo, ObjectStore
 
@@ -272,8 +272,8 @@ def sweep_partition(
         # compaction after the trim merges the files after it into fewer bytes (one
         # footer instead of many), which would hold the trim's files until the
         # partition grows: a committed file counts as much as the files it replaced
-        # that are still in the store, when they weigh more (the bytes the trim
-        # weighed), never both.
+        # (the bytes the trim weighed), never both: those still in the store, or the
+        # bytes its footer names (l1.weight_of; for a compaction's file, one ranged GET).
         dropped_keys = {d.key for d in res.dropped}
         kept_keys = {k for k in listed if k in every or k in inp.all_committed or k in dropped_keys}
         replaced: dict[str, int] = {}
@@ -283,7 +283,10 @@ def sweep_partition(
                 holder = _retiring(inp, first, last)
                 if isinstance(holder, L1Ref):
                     replaced[holder.key] = replaced.get(holder.key, 0) + i.size
-        kept = [(_range(k)[0], max(listed[k].size, replaced.get(k, 0))) for k in kept_keys]
+        kept = [
+            (_range(k)[0], max(listed[k].size, replaced.get(k, 0), _weight(store, k, listed[k].size)))
+            for k in kept_keys
+        ]
         res.dropped = [replace(d, newer_bytes=sum(n for f, n in kept if f > d.last)) for d in res.dropped]
     res.swept_through = new_w
     res.swept_log_end = inp.log_end_offset if new_w == lr else inp.swept_log_end
@@ -292,6 +295,18 @@ def sweep_partition(
         # the next run lists the partition whole again.
         res.swept_log_end = min(res.swept_log_end, inp.changed_log_offset)
     return res
+
+
+def _weight(store: ObjectStore, key: str, size: int) -> int:
+    """What a kept file weighs for retention.bytes: a compaction's file by its footer
+    (:func:`~ctp_state.l1.file_weight`), a reconcile's by its size (one that does not
+    read weighs its size: a weight only ever lets a dropped file go sooner)."""
+    if not layout.parse_l1_key(key).compacted_by:
+        return size
+    try:
+        return file_weight(store, key, size)
+    except (CorruptData, ObjectNotFound, OSError):
+        return size
 
 
 def _check_row(store: ObjectStore, inp: SweepInput, ref: L1Ref, prev_last: int) -> L1Check:

@@ -268,6 +268,53 @@ def test_a_size_trim_then_a_compaction_that_shrinks_the_bytes_after_it_still_let
     assert offsets(store) == list(range(10, 30))
 
 
+def test_a_size_trims_files_still_go_after_the_files_a_compaction_replaced_are_deleted(store, gate):
+    """Found by the soak (seed 47), the same trim a step further: the files after the
+    dropped ones were merged into one smaller file and the replaced files were deleted
+    (here: an operator loosened retention.bytes for a while, so the GC held the dropped
+    files and deleted the replaced ones). Once the bound is back, the bytes the trim
+    weighed are nowhere in the store: the compacted file weighs the bytes of the files
+    it replaced (its footer names them), so the dropped files go instead of waiting
+    for the partition to grow."""
+    timed_rounds(store, [T0 + i for i in range(6)], partitions=1)
+    sizes = [o.size for o in sorted(store.list(layout.L1_ROOT), key=lambda o: o.key)]
+    bound = sum(sizes[2:])
+    set_retention(store, "t", None, bound)  # keeps the newest four: drops two
+    assert run_retention(store).count("trimmed") == 1
+    set_retention(store, "t", None, 10 * bound)
+    assert run_compaction(store, config=CompactSettings(max_small_files=1)).files_replaced == 4
+    rec = run_gc(store, gate=gate, config=NOW)
+    assert rec.status == "ok" and (rec.l1_retired_deleted, rec.l1_dropped_held) == (4, 2), rec
+    (merged,) = plog(store, "t", 0).read_state().committed_l1_files()
+    assert store.head(merged.key).size < bound
+    set_retention(store, "t", None, bound)
+    rec = run_gc(store, gate=gate, config=NOW)
+    assert rec.status == "ok" and (rec.l1_retired_deleted, rec.l1_dropped_held) == (2, 0), rec
+    assert [o.key for o in store.list(layout.L1_ROOT)] == [merged.key]
+    assert offsets(store) == list(range(10, 30))
+
+
+def test_a_compaction_of_compacted_files_weighs_what_they_replaced(store, gate):
+    """The weight a compacted file's footer names adds up through compactions of
+    compacted files: the bytes of the files the reconciles wrote, never the smaller
+    files that replaced them (deleted by the GC in between)."""
+    from ctp_state.l1 import file_weight
+
+    timed_rounds(store, [T0, T0 + 1], partitions=1)
+    first = [o.size for o in sorted(store.list(layout.L1_ROOT), key=lambda o: o.key)]
+    assert run_compaction(store, config=CompactSettings(max_small_files=1)).files_replaced == 2
+    assert run_gc(store, gate=gate, config=NOW).l1_retired_deleted == 2
+    (c1,) = plog(store, "t", 0).read_state().committed_l1_files()
+    assert file_weight(store, c1.key, store.head(c1.key).size) == sum(first)
+    timed_rounds(store, [T0 + 2, T0 + 3], partitions=1)
+    later = [o.size for o in sorted(store.list(layout.L1_ROOT), key=lambda o: o.key) if o.key != c1.key]
+    assert run_compaction(store, config=CompactSettings(max_small_files=1)).files_replaced == 3
+    (c2,) = plog(store, "t", 0).read_state().committed_l1_files()
+    size = store.head(c2.key).size
+    assert size < sum(first) + sum(later) == file_weight(store, c2.key, size)
+    assert offsets(store) == list(range(20))
+
+
 def test_a_loosened_retention_holds_back_only_the_files_it_no_longer_allows(store, gate):
     """retention.ms dropped the old files, then an operator raised it before the GC ran:
     the dropped files' records are already behind the start offset; the files stay until
