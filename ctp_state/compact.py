@@ -47,9 +47,9 @@ from ctp_state import crashpoints, l0, layout, state as sm
 from ctp_state.entries import AccessMode, Compact
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, OutcomeUnknown, Rejected
 from ctp_state.l1 import encode_parquet, l1_sizes, parse_l1, read_l1, weight_of, write_once
+from ctp_state.parallel import pmap
 from ctp_state.partition_log import PartitionLog
 from ctp_state.partition_state import L1Ref
-from ctp_state.reconcile import pmap
 from ctp_state.settings import CompactSettings
 from ctp_state.status import select_topics, try_read_partition_states
 from ctp_state.storage import ObjectStore

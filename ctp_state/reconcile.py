@@ -26,9 +26,11 @@ follow only committed keys, so a file written before a crash and never committed
 orphan for the GC, never a duplicate. A partition whose chunk is corrupt or missing is
 quarantined: nothing is committed for it and its M(p) stays where it was.
 
-Why one module of about 450 lines: it is one run, its steps in the order above, so the
+Why one module of about 440 lines: it is one run, its steps in the order above, so the
 order the crash-safety argument rests on (build before commit, commit before release)
-reads from top to bottom; the Spark side of step 4 lives in :mod:`ctp_state.spark`.
+reads from top to bottom; the Spark side of step 4 lives in :mod:`ctp_state.spark`, the
+run's reports and summary in :mod:`ctp_state.reconcile_report`, its thread pool in
+:mod:`ctp_state.parallel`.
 """
 
 from __future__ import annotations
@@ -40,9 +42,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
-
-import msgspec
 
 from ctp_state import crashpoints, layout, state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile, Tick
@@ -50,10 +49,12 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
 from ctp_state.gc.history import newest_pack
 from ctp_state.l1 import L1Build, L1File, build_file
+from ctp_state.parallel import pmap, write_threads
 from ctp_state.partition_log import PartitionLog
-from ctp_state.records import PartitionReport, ReconcileSummary
+from ctp_state.reconcile_report import Reports, summarize, verdict_status
+from ctp_state.records import ReconcileSummary
 from ctp_state.settings import ReconcileSettings
-from ctp_state.status import facts, reconcile_summaries, select_topics, try_read_partition_states
+from ctp_state.status import reconcile_summaries, select_topics, try_read_partition_states
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import Topic
 
@@ -108,36 +109,6 @@ def plan_files(s: sm.PartitionState, target_file_bytes: int, max_bytes: int | No
 
 
 # --- the run -------------------------------------------------------------------------------
-
-
-class _Reports:
-    """Each partition's :class:`~ctp_state.records.PartitionReport` as the run works on
-    it: a frozen record, replaced on every change (one partition per thread)."""
-
-    def __init__(self) -> None:
-        self._by: dict[tuple[str, int], PartitionReport] = {}
-
-    def start(self, topic: str, partition: int, **fields: Any) -> None:
-        self._by[(topic, partition)] = PartitionReport(topic=topic, partition=partition, **fields)
-
-    def __getitem__(self, tp: tuple[str, int]) -> PartitionReport:
-        return self._by[tp]
-
-    def set(self, tp: tuple[str, int], **changes: Any) -> None:
-        self._by[tp] = msgspec.structs.replace(self._by[tp], **changes)
-
-    def observe(self, s: sm.PartitionState) -> None:
-        """The partition's state after what this run did to it."""
-        self.set(
-            (s.topic, s.partition),
-            m_after=s.m,
-            lag_entries_left=s.lag_entries,
-            lag_bytes_left=s.lag_bytes,
-            state=facts(s),
-        )
-
-    def all(self) -> tuple[PartitionReport, ...]:
-        return tuple(r for _, r in sorted(self._by.items()))
 
 
 def build_files_locally(
@@ -200,7 +171,7 @@ def run_reconcile(
         bases=pack.states if pack else None,
     )
     states = [s for s in got if s is not None]
-    reports = _Reports()
+    reports = Reports()
     for s in states:
         reports.start(s.topic, s.partition, m_before=s.m)
         reports.observe(s)
@@ -215,7 +186,7 @@ def run_reconcile(
     pmap(
         lambda s: _tick(store, c, config, owner, s, reports),
         [s for s in todo if _tick_due(s, c, config)],
-        _write_threads(store, config),
+        write_threads(store, config),
     )
     todo = [s for s in todo if not _tick_due(s, c, config)]
 
@@ -240,7 +211,7 @@ def run_reconcile(
             return None
         return log, got.outcome.state
 
-    claimed = [x for x in pmap(claim, todo, _write_threads(store, config)) if x is not None]
+    claimed = [x for x in pmap(claim, todo, write_threads(store, config)) if x is not None]
     released: set[tuple[str, int]] = set()
     try:
         _build_and_commit(store, c, config, owner, claimed, reports, released, map_files, on_progress)
@@ -251,7 +222,7 @@ def run_reconcile(
             if (st.topic, st.partition) not in released:
                 log.release_held(owner)
 
-    summary = _summarize(run_id, started_ms, c, config, reports)
+    summary = summarize(run_id, started_ms, c, config, reports)
     return reconcile_summaries(store).append(lambda seq: summary)
 
 
@@ -266,7 +237,7 @@ def _tick_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:
 
 
 def _tick(
-    store: ObjectStore, c: int, config: ReconcileSettings, owner: str, s: sm.PartitionState, reports: _Reports
+    store: ObjectStore, c: int, config: ReconcileSettings, owner: str, s: sm.PartitionState, reports: Reports
 ) -> None:
     """One idle partition's advance in one entry (:class:`~ctp_state.entries.Tick`): a
     claim, an advance and a release in one object write, and no snapshot after it (the
@@ -290,13 +261,13 @@ def _tick(
         reports.set(tp, status="error", reason=f"tick failed: {e}")
         return
     if out.rejected is not None:
-        reports.set(tp, status=_verdict_status(out.rejected), reason=str(out.rejected))
+        reports.set(tp, status=verdict_status(out.rejected), reason=str(out.rejected))
         return
     reports.set(tp, status="advanced")
     reports.observe(out.state)
 
 
-def _skip_still_lost(store: ObjectStore, todo: list[sm.PartitionState], reports: _Reports) -> list[sm.PartitionState]:
+def _skip_still_lost(store: ObjectStore, todo: list[sm.PartitionState], reports: Reports) -> list[sm.PartitionState]:
     """Partitions the newest run quarantined over a missing L0 object that is still
     missing (one HEAD each) are not claimed or read again: the run that quarantined one
     committed everything before the object's chunk, so nothing can move until an
@@ -355,7 +326,7 @@ def _build_and_commit(
     config: ReconcileSettings,
     owner: str,
     claimed: list[tuple[PartitionLog, sm.PartitionState]],
-    reports: _Reports,
+    reports: Reports,
     released: set[tuple[str, int]],
     map_files: Callable[[list[L1File]], list[L1Build]],
     on_progress: Callable[[str, int, int], None],
@@ -417,7 +388,7 @@ def _build_and_commit(
                 )
                 out = log.append(st, lambda fresh: entry(fresh, release)).outcome
                 if out.rejected is not None:
-                    reports.set(tp, status=_verdict_status(out.rejected), reason=str(out.rejected))
+                    reports.set(tp, status=verdict_status(out.rejected), reason=str(out.rejected))
                     return
                 st = out.state
                 released_by_entry = release is not None
@@ -442,7 +413,7 @@ def _build_and_commit(
                         reports.set(tp, status="advanced")
                 # A rejected advance means a producer wrote meanwhile: next run.
         except Rejected as e:
-            reports.set(tp, status=_verdict_status(e), reason=str(e))
+            reports.set(tp, status=verdict_status(e), reason=str(e))
         except CtpError as e:
             reports.set(tp, status="error", reason=str(e))
         finally:
@@ -459,62 +430,10 @@ def _build_and_commit(
                 done[0] += 1
                 on_progress("commit", done[0], len(claimed))
 
-    pmap(commit, list(enumerate(claimed)), _write_threads(store, config))
-
-
-T = TypeVar("T")
-U = TypeVar("U")
-
-
-def _verdict_status(e: Exception) -> str:
-    return "fenced" if getattr(e, "code", "") in ("writer_fenced", "unknown_writer_epoch") else "error"
+    pmap(commit, list(enumerate(claimed)), write_threads(store, config))
 
 
 def _advance_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:
     """R6: ``s`` is caught up and its lower bound trails C by ``idle_lag`` or more."""
     assert s.min_epoch_lower_bound is not None and s.max_applied_epoch is not None  # claimed: initialized
     return not s.pending and c - s.min_epoch_lower_bound >= config.idle_lag and c >= s.max_applied_epoch
-
-
-def _write_threads(store: ObjectStore, config: ReconcileSettings) -> int:
-    """Claims and commits in flight: the setting, capped by what the store gains from
-    (:attr:`ObjectStore.write_concurrency`)."""
-    return max(1, min(config.threads, getattr(store, "write_concurrency", config.threads)))
-
-
-def pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:
-    if not items:
-        return []
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items)))) as pool:
-        return list(pool.map(fn, items))
-
-
-def _summarize(run_id: str, started_ms: int, c: int, config: ReconcileSettings, reports: _Reports) -> ReconcileSummary:
-    parts = reports.all()
-
-    def count(status: str) -> int:
-        return sum(1 for p in parts if p.status == status)
-
-    finished_ms = int(time.time() * 1000)
-    return ReconcileSummary(
-        run_id=run_id,
-        started_ms=started_ms,
-        finished_ms=finished_ms,
-        seconds=round((finished_ms - started_ms) / 1000, 3),
-        cluster_epoch=c,
-        idle_lag=config.idle_lag,
-        partitions_reconciled=count("reconciled"),
-        partitions_advanced=count("advanced"),
-        partitions_quarantined=count("quarantined"),
-        partitions_claim_held=count("claim_held"),
-        partitions_fenced=count("fenced"),
-        partitions_failed=count("error"),
-        records=sum(p.records for p in parts),
-        l0_bytes=sum(p.l0_bytes for p in parts),
-        l1_bytes=sum(p.l1_bytes for p in parts),
-        l1_files=sum(len(p.l1_files) for p in parts),
-        lag_entries_left=sum(p.lag_entries_left for p in parts),
-        lag_bytes_left=sum(p.lag_bytes_left for p in parts),
-        ok=not any(p.failed for p in parts),
-        partitions=parts,
-    )

@@ -35,9 +35,9 @@ from ctp_state.entries import AccessMode, Trim, TrimReason
 from ctp_state.errors import ClaimHeld, ConfigError, CtpError
 from ctp_state.incarnations import read_name
 from ctp_state.l1 import l1_sizes, newest_record_ms
+from ctp_state.parallel import pmap
 from ctp_state.partition_log import PartitionLog
 from ctp_state.partition_state import L1Ref
-from ctp_state.reconcile import pmap
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import get_topic, list_topics
 
