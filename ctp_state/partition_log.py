@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from ctp_state import codec, entries as en, layout, snapshot, state as sm, window
-from ctp_state.entries import AccessMode, Claim, Entry, Init, Release
+from ctp_state.entries import AccessMode, Advance, Claim, Compact, Entry, Init, Reconcile, Release, Trim
 from ctp_state.errors import (
     ClaimHeld,
     CorruptData,
@@ -97,6 +97,10 @@ class _Counter:
     def value(self) -> int:
         return self._n
 
+
+#: The entries of a claim holder that name no writer of their own when they do not
+#: release the claim (see :meth:`PartitionLog.unvouched`).
+_NAMELESS = (Reconcile, Advance, Compact, Trim)
 
 #: Snapshots set aside because the log does not reach the offset they claim to cover.
 SNAPSHOTS_SET_ASIDE = _Counter()
@@ -265,23 +269,55 @@ class PartitionLog:
 
     def _vouched(self, state: sm.PartitionState) -> sm.PartitionState:
         """``state``, if the log still holds the entry it ends at with the bytes it was
-        folded from or written with (one GET; a state that does not know them -- a
-        snapshot from before they were recorded -- is vouched for by the entry's
-        existence, and learns them). Raises :class:`_NotVouched` if not: a store that
-        lost the entry and took another in its slot (a producer appending from its
-        cached state) must not have that entry hidden behind the state."""
+        folded from or written with (one GET; see :meth:`unvouched`). Raises
+        :class:`_NotVouched` if not: a store that lost the entry and took another in its
+        slot (a producer appending from its cached state) must not have that entry
+        hidden behind the state."""
         offset = state.applied_offset
         if offset < 0:
             return state
         try:
-            crc = codec.crc32c(self.store.get(self.key(offset)))
+            data = self.store.get(self.key(offset))
         except ObjectNotFound:
             raise _NotVouched(offset, "no entry") from None
-        if state.last_crc is None:
-            return sm.evolve(state, last_entry=(offset, crc))
-        if crc != state.last_crc:
-            raise _NotVouched(offset, "another entry")
+        why = self.unvouched(state, data)
+        if why is not None:
+            raise _NotVouched(offset, why)
         return state
+
+    def unvouched(self, state: sm.PartitionState, data: bytes) -> str | None:
+        """Why ``data``, the stored bytes of the entry ``state`` ends at, do not vouch
+        for ``state`` (None: they do). They must be the bytes the state names
+        (:attr:`~ctp_state.partition_state.PartitionState.last_crc`; a state that names
+        none -- a snapshot from before ctp recorded it -- is not vouched for). And an
+        entry that names no writer of its own (a claim holder's reconcile, advance,
+        compact or trim that does not release: its bytes follow from the state before
+        it, so another run that claimed the same writer epoch after the store lost the
+        claim could write them again) is vouched for only while its writer epoch's
+        claim entry is still the claim of the owner the state holds (one more GET)."""
+        if state.last_crc is None:
+            return "an entry the stored state names no checksum of"
+        if codec.crc32c(data) != state.last_crc:
+            return "another entry"
+        key = self.key(state.applied_offset)
+        try:
+            entry = en.decode(data, key)
+        except CorruptData:
+            return "an entry that does not read"
+        if not isinstance(entry, _NAMELESS) or entry.release_owner is not None:
+            return None
+        we = entry.writer_epoch
+        holder = next((h.owner for h in state.holders if h.writer_epoch == we), None)
+        start = next((o for e, o in state.writer_epoch_starts if e == we), None)
+        if holder is None or start is None:
+            return f"an entry of writer epoch {we}, whose claim the stored state does not hold"
+        try:
+            claim = en.decode(self.store.get(self.key(start)), self.key(start))
+        except (ObjectNotFound, CorruptData):
+            claim = None
+        if not isinstance(claim, Claim) or (claim.owner, claim.writer_epoch) != (holder, we):
+            return f"an entry of writer epoch {we} whose claim at {start} is not {holder!r}'s"
+        return None
 
     def entries(self, after: int = -1) -> Iterator[tuple[int, Entry]]:
         """Yield ``(offset, entry)`` for every entry after log offset ``after``."""
@@ -457,7 +493,7 @@ class PartitionLog:
                 crc = codec.crc32c(self.store.get(self.key(after.applied_offset)))
             except ObjectNotFound:
                 crc = None
-            if crc is not None and after.last_crc in (None, crc):
+            if crc is not None and crc == after.last_crc:
                 return None
             return (
                 f"the entry before it (log offset {after.applied_offset}) is no longer the one this "

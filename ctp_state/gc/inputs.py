@@ -309,9 +309,10 @@ def _from_pack(
     # folded from (its CRC32C). Not its mtime: a create stalled between its write and
     # its link, or an S3 PUT (Last-Modified is its start), carries a time from before.
     try:
-        if codec.crc32c(store.get(log.key(base.applied_offset))) != crc:
-            return None
+        last = store.get(log.key(base.applied_offset))
     except ObjectNotFound:
+        return None
+    if log.unvouched(sm.evolve(base, last_entry=(base.applied_offset, crc)), last) is not None:
         return None
     if end <= base.applied_offset + 1:
         # Anything appended since (a producer's placeholder nobody reported yet): the log

@@ -1,0 +1,123 @@
+"""Found by review: a reconcile entry that does not release its claim names no run of
+its own -- its bytes follow from the state before it -- so two reconcilers that claim
+the same writer epoch (the first one's claim lost by the store) can write it byte for
+byte. Reconciler R1 claims at J, placeholder A lands at J+1, R1 commits at K = J+2 and
+stalls before its advance; the GC packs the state at K; the store loses J..K; R2 claims
+at J with the same writer epoch, placeholder B lands at J+1, and R2's commit at K is
+R1's, byte for byte. A reconciler starting from the pack took A for pending and B for
+nothing: B's L0 object was deleted and A's record read at B's offset. Such an entry
+vouches for a stored state only while its writer epoch's claim is the claim of the
+owner the state holds."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ctp_state import codec, crashpoints, entries as en
+from ctp_state.entries import Placeholder, Reconcile
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.gc.history import newest_pack
+from ctp_state.l0 import Record
+from ctp_state.producer import Producer
+from ctp_state.reconcile import run_reconcile
+from ctp_state.settings import ReconcileSettings
+from ctp_state.topics import create_topic
+from tests.gc.test_state_identity_attacks import epoch, gc
+from tests.support import Wrapped, assert_exactly_once, plog
+
+
+class Crash(BaseException):
+    pass
+
+
+class Dies(Wrapped):
+    dead = False
+
+    def _chk(self):
+        if self.dead:
+            raise Crash("process is gone")
+
+    def get(self, k):
+        self._chk()
+        return super().get(k)
+
+    def get_range(self, k, s, n):
+        self._chk()
+        return super().get_range(k, s, n)
+
+    def put(self, k, d):
+        self._chk()
+        return super().put(k, d)
+
+    def put_if_absent(self, k, d):
+        self._chk()
+        return super().put_if_absent(k, d)
+
+    def head(self, k):
+        self._chk()
+        return super().head(k)
+
+    def list(self, prefix="", start_after=None, end_before=None):
+        self._chk()
+        return super().list(prefix, start_after, end_before)
+
+
+def produce(store, value):
+    with Producer(store, epoch_ttl_s=0) as p:
+        v = p.write([(("t", 0), [Record(value)])])[0]
+    assert v.accepted, v.error
+    return v
+
+
+def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(store, gate):
+
+    cfg = ReconcileSettings(lease_ms=300)
+    create_topic(store, "t", 1)
+    for _ in range(2):
+        epoch(store, gate)
+    log = plog(store, "t", 0)
+    ClusterEpoch(store).advance()
+    produce(store, b"x")
+    ClusterEpoch(store).advance()
+    ClusterEpoch(store).advance()
+    j = log.read_state().applied_offset + 1  # where R1's claim lands
+    k = j + 2
+    r1store = Dies(store)
+    seen = {}
+
+    def hook(point, index):
+        if point == "after_claim" and "a" not in seen:
+            seen["a"] = produce(store, b"a")  # lands at j+1 during R1's build
+        elif point == "after_commit" and "gc" not in seen:
+            seen["gc"] = gc(store, gate)  # G1 packs the state at k (R1 stalls here)
+            pack = newest_pack(store)
+            st, crc = pack.states[("t", 0)]
+            seen["pack"] = (st.applied_offset, crc, [p.l0_key for p in st.pending])
+            seen["old_k"] = store.get(log.key(k))
+            store.delete_many([log.key(o) for o in range(j, k + 1)])  # the store loses R1's claim, A, commit
+            r1store.dead = True
+            raise Crash("R1 dies")
+        elif point == "after_claim" and "b" not in seen:
+            seen["b"] = produce(store, b"b")  # lands at j+1 during R2's build
+
+    crashpoints.install(hook)
+    try:
+        with pytest.raises(Crash):
+            run_reconcile(r1store, config=cfg)
+        assert seen["pack"][0] == k, seen["pack"]
+        old = en.decode(seen["old_k"], "k")
+        assert isinstance(old, Reconcile) and old.release_owner is None, old
+        run_reconcile(store, config=cfg)  # R2: claims at j, B lands at j+1, commits at k
+    finally:
+        crashpoints.install(None)
+    assert isinstance(dict(log.entries())[j + 1], Placeholder)
+    assert codec.crc32c(store.get(log.key(k))) == seen["pack"][1], "R2's commit is not byte-identical"
+    time.sleep(0.5)  # R1's lease (in the pack's state) runs out
+    for _ in range(4):
+        run_reconcile(store, config=cfg)
+        ClusterEpoch(store).advance()
+        gc(store, gate)
+    # (A's entry was lost by the store; B is the record at its offset now)
+    assert_exactly_once(store, "t", {0: [Record(b"x"), Record(b"b")]}, all_in_l1=True)
