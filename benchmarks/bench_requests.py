@@ -204,9 +204,11 @@ class RequestCounter:
             return client
 
         botocore.session.Session.create_client = create_client  # type: ignore[method-assign]
-        own = getattr(self.store, "_s3", None)  # S3Store's client, created before the counter
-        if own is not None:
-            self.attach(own)
+        # S3Store's clients created before the counter: its own, and the one it sends its
+        # conditional creates on once (put_if_absent_once), if it made it yet
+        for own in (getattr(self.store, "_s3", None), getattr(self.store, "_creates", None)):
+            if own is not None:
+                self.attach(own)
         self._active = True
         return self
 
