@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import builtins
+import random
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import ParseResult
@@ -14,6 +16,7 @@ from urllib.parse import ParseResult
 from ctp_state.errors import ConfigError, KeyExists, ObjectNotFound, StoreError
 from ctp_state.storage.base import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, ObjectStore, check_key
 from ctp_state.storage.settings import S3Settings, redact_url
+from ctp_state.throttle import is_throttle
 
 #: What a server answers to a request signed with a wrong or unknown key.
 _REFUSED_CREDENTIALS = frozenset(
@@ -125,12 +128,20 @@ class S3Store(ObjectStore):
         # A client with botocore's retries off, made on first use: its retries would send
         # the create again unseen, and a log entry is sent again only after its writer
         # checked the entry before it (ctp_state.sequence.create_once is the retry loop).
+        # A throttle (503 SlowDown) is the one answer that says the request was not
+        # applied: that alone is sent again here, with backoff, as botocore would.
         if self._settings is None:
             return self._create(self._s3, key, data)
         with self._creates_lock:
             if self._creates is None:
                 self._creates = self._settings.client(max_attempts=1)
-        self._create(self._creates, key, data)
+        for attempt in range(self._settings.max_attempts):
+            try:
+                return self._create(self._creates, key, data)
+            except StoreError as e:
+                if not is_throttle(e.code) or attempt + 1 >= self._settings.max_attempts:
+                    raise
+            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random() / 2))
 
     def _create(self, client: Any, key: str, data: bytes) -> None:
         try:

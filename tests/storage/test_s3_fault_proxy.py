@@ -186,6 +186,27 @@ def test_slowdown_503_is_retried_until_it_stops(fault_proxy, fault_env, bucket, 
     assert fault_proxy.connections == 1  # the 503s did not cost the connection
 
 
+def test_a_create_sent_once_is_sent_again_only_after_a_throttle(fault_proxy, fault_env, bucket, direct):
+    """put_if_absent_once (the creates of create_once, which checks what it must before
+    it re-sends): botocore does not send it again after an answer that may follow the
+    write (a 500), only after a throttle, which says the request was not applied."""
+    from ctp_state.errors import StoreError
+
+    store = via(fault_env, bucket, retries=5)
+    fault_proxy.add_rule("error_500", method="PUT", times=1)
+    with pytest.raises(StoreError):
+        store.put_if_absent_once("a", b"v")
+    assert faults(fault_proxy) == ["error_500"]  # sent once
+    fault_proxy.add_rule("slowdown_503", method="PUT", times=2)
+    store.put_if_absent_once("b", b"v")
+    assert upstream_get(direct, bucket, "b") == b"v"
+    assert faults(fault_proxy)[-3:] == ["slowdown_503", "slowdown_503", None]
+    store.put_if_absent("c", b"v")  # the plain create keeps botocore's retries
+    fault_proxy.add_rule("error_500", method="PUT", times=1)
+    store.put_if_absent("d", b"v")
+    assert upstream_get(direct, bucket, "d") == b"v"
+
+
 def test_slowdown_503_surfaces_to_boto3(fault_proxy, fault_env, bucket, direct):
     fault_proxy.add_rule("slowdown_503")
     with pytest.raises(ClientError) as e:
