@@ -11,9 +11,15 @@ written only for the kinds that change a partition's committed L1 files after th
 fact, ``compact`` and ``trim`` (a ctp that predates them refuses them by version, as
 it must: it would read the wrong files). Version 5 is written only for ``tick``, an idle
 partition's advance in one entry (a ctp that predates it refuses it by version: it
-would judge the entry's writer epoch wrong, and fold the log differently). Decoding
-refuses an unknown version or kind, a bad checksum or a malformed field with an error
-that names the key; nothing is guessed.
+would judge the entry's writer epoch wrong, and fold the log differently). Version 6
+is any kind with ``prev``, the CRC32C of the stored bytes of the entry before it (as
+the writer's state knew them): an entry's bytes then say which log they were written
+after, so two entries alike in every field but written after different entries never
+match byte for byte (docs/design.md section 14: a reader trusts a stored state while
+the entry it ends at holds the bytes it names). It is written whenever the writer
+knows that CRC (every append but a log's first entry); a ctp that predates it refuses
+it by version. Decoding refuses an unknown version or kind, a bad checksum or a
+malformed field with an error that names the key; nothing is guessed.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ RELEASING_ENTRY_VERSION = 3
 L1_CHANGE_ENTRY_VERSION = 4
 #: Written for ``tick`` entries, and only for them.
 TICK_ENTRY_VERSION = 5
-SUPPORTED_ENTRY_VERSIONS = (1, 2, 3, 4, 5)  # 1: before checksums, read but never written
+#: Written for any kind whose writer knows the CRC32C of the entry before it (``prev``).
+CHAINED_ENTRY_VERSION = 6
+SUPPORTED_ENTRY_VERSIONS = (1, 2, 3, 4, 5, 6)  # 1: before checksums, read but never written
 
 # The fields' bounds, checked by the codec when an entry is read (never when one is built).
 Epoch = Annotated[int, msgspec.Meta(ge=1, le=validate.MAX_EPOCH)]
@@ -211,11 +219,16 @@ _RELEASING = ("reconcile", "advance")
 _L1_CHANGES = ("compact", "trim")
 
 
-def encode(entry: Entry) -> bytes:
+def encode(entry: Entry, prev: int | None = None) -> bytes:
     """The entry as sealed JSON: its fields (those at their default left out), its
-    ``kind`` and its version."""
+    ``kind`` and its version; with ``prev`` (the CRC32C of the stored bytes of the entry
+    before it), version 6 and ``prev``."""
     body: codec.JsonObject = msgspec.to_builtins(entry)
-    if entry.kind in _L1_CHANGES:
+    if prev is not None:
+        if not 0 <= prev <= 0xFFFFFFFF:
+            raise ValueError(f"prev {prev} is not a CRC32C")
+        body["v"], body["prev"] = CHAINED_ENTRY_VERSION, prev
+    elif entry.kind in _L1_CHANGES:
         body["v"] = L1_CHANGE_ENTRY_VERSION
     elif entry.kind == "tick":
         body["v"] = TICK_ENTRY_VERSION
@@ -228,6 +241,11 @@ def encode(entry: Entry) -> bytes:
 
 def decode(data: bytes, key: str) -> Entry:
     """Decode one entry; raise :class:`CorruptData`/:class:`UnsupportedVersion` naming ``key``."""
+    return decode_chained(data, key)[0]
+
+
+def decode_chained(data: bytes, key: str) -> tuple[Entry, int | None]:
+    """:func:`decode`, and the entry's ``prev`` (None: an entry of version 5 or older)."""
     if codec.is_sealed(data):
         body = codec.unseal(data, key, "state-log entry")
         if body.get("v") == 1:
@@ -242,6 +260,14 @@ def decode(data: bytes, key: str) -> Entry:
     kind = body.get("kind")
     if not isinstance(kind, str) or kind not in _KINDS:
         raise CorruptData(key, f"unknown entry kind {kind!r}")
+    prev = body.pop("prev", None) if version == CHAINED_ENTRY_VERSION else None
+    if version == CHAINED_ENTRY_VERSION:
+        if type(prev) is not int or not 0 <= prev <= 0xFFFFFFFF:
+            raise CorruptData(key, f"version 6 {kind} entry has no CRC32C of the entry before it (prev {prev!r})")
+        # Version 6 carries what versions 2-5 carry, on the kinds they allow it on.
+        if "release_owner" in body and kind not in _RELEASING and kind not in _L1_CHANGES:
+            raise CorruptData(key, f"{kind} entry has unknown fields ['release_owner'] (version {version})")
+        return _converted(body, kind, key), prev
     # Version 4 is written for the L1-changing kinds and only for them (release_owner
     # optional on them, as on version 2's releasing kinds).
     if (version == L1_CHANGE_ENTRY_VERSION) != (kind in _L1_CHANGES):
@@ -255,6 +281,10 @@ def decode(data: bytes, key: str) -> Entry:
         raise CorruptData(key, f"{kind} entry has unknown fields ['release_owner'] (version {version})")
     if version == RELEASING_ENTRY_VERSION and body.get("release_owner") is None:
         raise CorruptData(key, f"version {version} {kind} entry releases no claim (release_owner is missing)")
+    return _converted(body, kind, key), None
+
+
+def _converted(body: codec.JsonObject, kind: str, key: str) -> Entry:
     try:
         entry: Entry = msgspec.convert(body, Entry)
     except msgspec.ValidationError as e:

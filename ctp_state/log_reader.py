@@ -236,22 +236,26 @@ class LogReader:
         """Why ``data``, the stored bytes of the entry ``state`` ends at, do not vouch
         for ``state`` (None: they do). They must be the bytes the state names
         (:attr:`~ctp_state.partition_state.PartitionState.last_crc`; a state that names
-        none -- a snapshot from before ctp recorded it -- is not vouched for). And an
-        entry that names no writer of its own (a claim holder's reconcile, advance,
-        compact or trim that does not release: its bytes follow from the state before
-        it, so another run that claimed the same writer epoch after the store lost the
-        claim could write them again) is vouched for only while its writer epoch's
-        claim entry is still the claim of the owner the state holds (one more GET)."""
+        none -- a snapshot from before ctp recorded it -- is not vouched for).
+
+        An entry of version 6 names the CRC32C of the entry before it (``prev``): two
+        entries alike in every field but written after different entries differ in
+        bytes, so its bytes vouch for the log before it as well. An older entry that
+        names no writer of its own (a claim holder's reconcile, advance, compact or trim
+        that does not release: its bytes follow from the state before it, so another
+        run that claimed the same writer epoch after the store lost the claim could
+        write them again) is vouched for only while its writer epoch's claim entry is
+        still the claim of the owner the state holds (one more GET)."""
         if state.last_crc is None:
             return "an entry the stored state names no checksum of"
         if codec.crc32c(data) != state.last_crc:
             return "another entry"
         key = self.key(state.applied_offset)
         try:
-            entry = en.decode(data, key)
+            entry, prev = en.decode_chained(data, key)
         except CorruptData:
             return "an entry that does not read"
-        if not isinstance(entry, _NAMELESS) or entry.release_owner is not None:
+        if prev is not None or not isinstance(entry, _NAMELESS) or entry.release_owner is not None:
             return None
         we = entry.writer_epoch
         holder = next((h.owner for h in state.holders if h.writer_epoch == we), None)

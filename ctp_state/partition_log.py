@@ -148,7 +148,8 @@ class PartitionLog(LogReader):
                     if not st.initialized
                     else "the log already has its init entry",
                 )
-            data = en.encode(entry)
+            # (with the CRC32C of the entry it follows: its bytes say which log they follow)
+            data = en.encode(entry, prev=st.last_crc)
             built[offset] = (entry, data)
             return self.key(offset), data
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -112,7 +113,8 @@ def test_an_entry_whose_bytes_changed_fails_its_checksum_naming_the_key():
         (b'{"v":1,"kind":"init","epoch":"7"}', "Expected `int`, got `str`"),
         (b'{"v":1,"kind":"bogus"}', "unknown entry kind"),
         (b'{"v":1,"kind":"init","epoch":1,"extra":2}', "unknown field `extra`"),
-        (b'{"v":6,"kind":"init","epoch":1}', "entry version 6 is not supported"),
+        (b'{"v":7,"kind":"init","epoch":1}', "entry version 7 is not supported"),
+        (b'{"v":6,"kind":"init","epoch":1,"prev":5}', "version 6 entry has no checksum"),
         (b'{"v":2,"kind":"init","epoch":1}', "version 2 entry has no checksum"),
         (b'{"v":3,"kind":"advance","epoch":1,"writer_epoch":1,"release_owner":"r"}', "version 3 entry has no checksum"),
         (b'{"v":1,"kind":"init","epoch":1,"crc":"00000000"}', "fails its CRC32C check"),
@@ -268,3 +270,29 @@ def test_report_directories_are_per_store_and_stable():
     assert default_report_dir("s3://key:secret@b/p", "/h") == default_report_dir("s3://b/p", "/h")
     assert report_dir_from_env({"HOME": "/h", "CTP_REPORT_DIR": "/r"}, "file:///x") == "/r"
     assert report_dir_from_env({"HOME": "/h"}, "file:///x") == default_report_dir("file:///x", "/h")
+
+
+def test_a_chained_entry_names_the_crc32c_of_the_entry_before_it():
+    """Version 6: any kind, with ``prev``; the same entry after another entry is other
+    bytes. Refused: no prev, a prev that is no CRC32C, release_owner on a kind that never
+    releases."""
+    from ctp_state import codec, entries as en
+    from ctp_state.errors import CorruptData
+
+    tick = en.Tick(3, 2, "run-1")
+    a, b = en.encode(tick, prev=1), en.encode(tick, prev=2)
+    assert a != b and en.encode(tick) not in (a, b)
+    assert en.decode_chained(a, "k") == (tick, 1) and en.decode_chained(en.encode(tick), "k") == (tick, None)
+    assert en.decode(b, "k") == tick
+    rel = en.Advance(3, 2, release_owner="run-1")
+    assert en.decode_chained(en.encode(rel, prev=0xFFFFFFFF), "k") == (rel, 0xFFFFFFFF)
+    for body, why in (
+        ({"v": 6, "kind": "tick", "epoch": 3, "writer_epoch": 2, "owner": "r"}, "no CRC32C of the entry before it"),
+        ({"v": 6, "kind": "tick", "epoch": 3, "writer_epoch": 2, "owner": "r", "prev": -1}, "no CRC32C"),
+        ({"v": 6, "kind": "tick", "epoch": 3, "writer_epoch": 2, "owner": "r", "prev": "1"}, "no CRC32C"),
+        ({"v": 6, "kind": "seal", "at_ms": 1, "release_owner": "r", "prev": 1}, "unknown fields ['release_owner']"),
+    ):
+        with pytest.raises(CorruptData, match=re.escape(why)):
+            en.decode(codec.seal(body), "logs/t/000000/3.json")
+    with pytest.raises(ValueError):
+        en.encode(tick, prev=1 << 32)

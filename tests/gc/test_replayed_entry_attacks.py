@@ -1,4 +1,6 @@
-"""Found by review: a reconcile entry that does not release its claim names no run of
+"""Found by review: the same entry written twice, by another run or by the same one.
+
+A reconcile entry that does not release its claim names no run of
 its own -- its bytes follow from the state before it -- so two reconcilers that claim
 the same writer epoch (the first one's claim lost by the store) can write it byte for
 byte. Reconciler R1 claims at J, placeholder A lands at J+1, R1 commits at K = J+2 and
@@ -16,8 +18,9 @@ import time
 import pytest
 
 from ctp_state import codec, crashpoints, entries as en
-from ctp_state.entries import Placeholder, Reconcile
+from ctp_state.entries import Placeholder, Reconcile, Release
 from ctp_state.epoch import ClusterEpoch
+from ctp_state.errors import StoreError
 from ctp_state.gc.history import newest_pack
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
@@ -71,8 +74,14 @@ def produce(store, value):
     return v
 
 
-def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(store, gate):
-
+@pytest.mark.parametrize("writers", ["chained", "unchained"])
+def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(store, gate, writers, monkeypatch):
+    """``chained``: entries name the CRC32C of the entry before them (version 6), so the
+    second commit differs in its bytes. ``unchained``: written as a ctp before version 6
+    writes them, the commits are identical, and the claim check catches it."""
+    if writers == "unchained":
+        encode = en.encode
+        monkeypatch.setattr(en, "encode", lambda entry, prev=None: encode(entry))
     cfg = ReconcileSettings(lease_ms=300)
     create_topic(store, "t", 1)
     for _ in range(2):
@@ -113,7 +122,8 @@ def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(stor
     finally:
         crashpoints.install(None)
     assert isinstance(dict(log.entries())[j + 1], Placeholder)
-    assert codec.crc32c(store.get(log.key(k))) == seen["pack"][1], "R2's commit is not byte-identical"
+    identical = codec.crc32c(store.get(log.key(k))) == seen["pack"][1]
+    assert identical == (writers == "unchained"), "R2's commit is byte-identical only when unchained"
     time.sleep(0.5)  # R1's lease (in the pack's state) runs out
     for _ in range(4):
         run_reconcile(store, config=cfg)
@@ -121,3 +131,79 @@ def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(stor
         gc(store, gate)
     # (A's entry was lost by the store; B is the record at its offset now)
     assert_exactly_once(store, "t", {0: [Record(b"x"), Record(b"b")]}, all_in_l1=True)
+
+
+class Flaky(Wrapped):
+    """R's view of the store: the create of ``slot`` fails without landing while it
+    holds a Reconcile (the store is unreachable for a few seconds), and the first
+    Release created there lands, ``meanwhile()`` runs, and its response is lost."""
+
+    def __init__(self, inner, slot, meanwhile):
+        super().__init__(inner)
+        self.slot, self.meanwhile, self.fired = slot, meanwhile, False
+
+    def put_if_absent(self, k, d):
+        if k == self.slot:
+            e = en.decode(d, k)
+            if isinstance(e, Reconcile):
+                raise StoreError(f"503 for {k!r}")
+            if isinstance(e, Release) and not self.fired:
+                self.inner.put_if_absent(k, d)
+                self.fired = True
+                self.meanwhile()
+                raise StoreError(f"connection reset after the request for {k!r} was sent")
+        return self.inner.put_if_absent(k, d)
+
+
+def test_a_second_release_by_the_same_run_does_not_vouch_for_a_stale_pack(store, gate):
+    """Found by the second review: a release entry is (owner, writer epoch), so a run
+    that releases twice writes it twice -- the reconciler's commit releases, and when
+    that release's outcome is unknown the run's cleanup (``release_held``) releases
+    again, a *new* append from a fresh read, which no re-send check covers. R claims at
+    J; A lands at J+1; R's commit at K = J+2 never lands (the store unreachable); its
+    release at K lands and the response is lost; meanwhile the GC packs the state at K
+    (A pending), the store loses J+1 and K, and B lands at J+1; R's cleanup releases at
+    K again. Unchained, that release was the first one byte for byte: the next reconcile
+    from the pack lifted A into B's offset and the GC deleted B's L0 object. Chained
+    (the entry names the CRC32C of the one before it: B's, not A's), the bytes differ."""
+    cfg = ReconcileSettings(lease_ms=300)
+    create_topic(store, "t", 1)
+    for _ in range(2):
+        epoch(store, gate)
+    log = plog(store, "t", 0)
+    ClusterEpoch(store).advance()
+    produce(store, b"x")
+    ClusterEpoch(store).advance()
+    j = log.read_state().applied_offset + 1  # R's claim
+    k = j + 2  # A at j+1, R's release at j+2
+    seen = {}
+
+    def meanwhile():
+        seen["gc"] = gc(store, gate)  # the GC packs the state at k (A pending, R's release)
+        st, crc = newest_pack(store).states[("t", 0)]
+        seen["pack"] = (st.applied_offset, crc, [p.l0_key for p in st.pending])
+        seen["old_k"] = store.get(log.key(k))
+        store.delete_many([log.key(j + 1), log.key(k)])  # the store loses its two newest entries
+        seen["b"] = produce(store, b"b")  # B lands at j+1
+
+    def hook(point, index):
+        if point == "after_claim" and "a" not in seen:
+            seen["a"] = produce(store, b"a")  # lands at j+1 during R's build
+
+    crashpoints.install(hook)
+    try:
+        run_reconcile(Flaky(store, log.key(k), meanwhile), config=cfg)
+    finally:
+        crashpoints.install(None)
+    assert seen["pack"][0] == k, seen["pack"]
+    assert seen["a"].l0_key in seen["pack"][2]
+    entries = dict(log.entries())
+    assert isinstance(entries[j + 1], Placeholder) and entries[j + 1].l0_key == seen["b"].l0_key
+    assert isinstance(entries[k], Release)  # the cleanup's release
+    for _ in range(4):
+        run_reconcile(store, config=cfg)
+        ClusterEpoch(store).advance()
+        gc(store, gate)
+    # (A's entry was lost by the store; B is the record at its offset now)
+    assert_exactly_once(store, "t", {0: [Record(b"x"), Record(b"b")]}, all_in_l1=True)
+    assert store.get(log.key(k)) != seen["old_k"]  # the two releases differ in their bytes
