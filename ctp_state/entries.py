@@ -16,7 +16,9 @@ is any kind with ``prev``, the CRC32C of the stored bytes of the entry before it
 the writer's state knew them): an entry's bytes then say which log they were written
 after, so two entries alike in every field but written after different entries never
 match byte for byte (docs/design.md section 14: a reader trusts a stored state while
-the entry it ends at holds the bytes it names). It is written whenever the writer
+the entry it ends at holds the bytes it names); and, on a re-send after an unanswered
+create, ``resend`` (its number), so a re-send is never the first send's bytes either.
+It is written whenever the writer
 knows that CRC (every append but a log's first entry); a ctp that predates it refuses
 it by version. Decoding refuses an unknown version or kind, a bad checksum or a
 malformed field with an error that names the key; nothing is guessed.
@@ -219,15 +221,18 @@ _RELEASING = ("reconcile", "advance")
 _L1_CHANGES = ("compact", "trim")
 
 
-def encode(entry: Entry, prev: int | None = None) -> bytes:
+def encode(entry: Entry, prev: int | None = None, resend: int = 0) -> bytes:
     """The entry as sealed JSON: its fields (those at their default left out), its
     ``kind`` and its version; with ``prev`` (the CRC32C of the stored bytes of the entry
-    before it), version 6 and ``prev``."""
+    before it), version 6 and ``prev``, and a re-send's number (``resend`` > 0: the
+    same entry as other bytes, see :func:`ctp_state.sequence.create_sent`)."""
     body: codec.JsonObject = msgspec.to_builtins(entry)
     if prev is not None:
         if not 0 <= prev <= 0xFFFFFFFF:
             raise ValueError(f"prev {prev} is not a CRC32C")
         body["v"], body["prev"] = CHAINED_ENTRY_VERSION, prev
+        if resend:
+            body["resend"] = resend
     elif entry.kind in _L1_CHANGES:
         body["v"] = L1_CHANGE_ENTRY_VERSION
     elif entry.kind == "tick":
@@ -264,6 +269,9 @@ def decode_chained(data: bytes, key: str) -> tuple[Entry, int | None]:
     if version == CHAINED_ENTRY_VERSION:
         if type(prev) is not int or not 0 <= prev <= 0xFFFFFFFF:
             raise CorruptData(key, f"version 6 {kind} entry has no CRC32C of the entry before it (prev {prev!r})")
+        resend = body.pop("resend", 1)
+        if type(resend) is not int or not 1 <= resend <= 1 << 16:
+            raise CorruptData(key, f"version 6 {kind} entry has a re-send number that is not one ({resend!r})")
         # Version 6 carries what versions 2-5 carry, on the kinds they allow it on.
         if "release_owner" in body and kind not in _RELEASING and kind not in _L1_CHANGES:
             raise CorruptData(key, f"{kind} entry has unknown fields ['release_owner'] (version {version})")

@@ -20,9 +20,10 @@ Offset 0 is the partition's init entry and nothing else: nothing but an init is 
 appended to a log that has none (R9).
 
 When the store fails an append's create (a lost response, a 5xx after the write), the
-append writes the same bytes to the same key again -- once it has checked that the
-entry before it is still the one its state ends at -- and an identical entry at that
-offset is its own, another entry there means it lost the race. If the store stays
+append sends the same entry to the same key again -- once it has checked that the
+entry before it is still the one its state ends at, and as other bytes (its re-send
+number: a re-send never puts back bytes a stored state may name) -- and any of its
+sends at that offset is its own, another entry there means it lost the race. If the store stays
 unreachable, or the entry before it changed, the outcome is
 :class:`~ctp_state.errors.OutcomeUnknown`, never a rejection (I4).
 """
@@ -52,7 +53,7 @@ from ctp_state.log_reader import (
     LogReader,
     NotVouched,
 )
-from ctp_state.sequence import CreateOutcomeUnknown, create_next, create_once
+from ctp_state.sequence import CreateOutcomeUnknown, create_next, create_sent
 from ctp_state.storage import ObjectStore
 from ctp_state.topic_meta import Topic
 
@@ -153,6 +154,19 @@ class PartitionLog(LogReader):
             built[offset] = (entry, data)
             return self.key(offset), data
 
+        def create(offset: int, key: str, data: bytes) -> bool:
+            entry, st = built[offset][0], current["state"]
+            landed = self._create(
+                key,
+                lambda attempt: data if attempt == 0 else en.encode(entry, prev=st.last_crc, resend=attempt),
+                offset,
+                st,
+            )
+            if landed is None:
+                return False
+            built[offset] = (entry, landed)  # (the send that landed: a re-send's bytes differ)
+            return True
+
         def after_loss(_offset: int) -> int:
             current["state"] = self.catch_up(current["state"])  # the entry that won, and any after it
             return current["state"].applied_offset + 1
@@ -164,17 +178,17 @@ class PartitionLog(LogReader):
             after_loss=after_loss,
             what=f"append to {self.topic}/{self.partition}",
             attempts=self.max_attempts,
-            create=lambda n, key, data: self._create(key, data, n, current["state"]),
+            create=create,
         )
         entry, data = built[offset]
         outcome = sm.apply(current["state"], offset, entry)
         outcome = replace(outcome, state=sm.evolve(outcome.state, last_entry=(offset, codec.crc32c(data))))
         return Appended(offset, outcome)  # no snapshot: this entry was never read back (see catch_up)
 
-    def _create(self, key: str, data: bytes, offset: int, after: sm.PartitionState) -> bool:
-        """Create ``key`` holding ``data`` (an entry built on ``after``, the state it
-        follows): True when it holds our bytes, False when another writer's entry is
-        there. Raises :class:`OutcomeUnknown` when the store keeps failing. A probing
+    def _create(self, key: str, sends: Callable[[int], bytes], offset: int, after: sm.PartitionState) -> bytes | None:
+        """Create ``key`` holding ``sends(0)`` (an entry built on ``after``, the state it
+        follows; ``sends(n)``: its n-th re-send, the same entry as other bytes): the
+        bytes there when they are ours, None when another writer's entry is there. Raises :class:`OutcomeUnknown` when the store keeps failing. A probing
         log first checks that it is not writing into a hole (see the module's
         docstring), with one page of a listing from its key on: a later key there and
         this one not is a :class:`LogGap`; this one there, a writer got ahead of this
@@ -192,7 +206,7 @@ class PartitionLog(LogReader):
             if first is not None:
                 if first.key != key:
                     raise LogGap(first.key, offset, layout.log_offset_of(first.key, self.prefix))
-                return False
+                return None
 
         def still_after() -> str | None:
             if after.applied_offset < 0:
@@ -209,18 +223,18 @@ class PartitionLog(LogReader):
             )
 
         try:
-            created = create_once(
+            landed = create_sent(
                 self.store,
                 key,
-                data,
+                sends,
                 attempts=self.resolve_attempts,
                 backoff_s=self.resolve_backoff_s,
                 sleep=self._sleep,
                 before_resend=still_after,
             )
-            if created:
+            if landed is not None:
                 self._created = offset
-            return created
+            return landed
         except CreateOutcomeUnknown as e:
             raise OutcomeUnknown(self.topic, self.partition, offset, e.cause) from None
 

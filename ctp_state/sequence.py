@@ -46,16 +46,36 @@ def create_once(
     attempts: int = 6,
     backoff_s: float = 0.1,
     sleep: Callable[[float], None] = time.sleep,
-    before_resend: Callable[[], str | None] | None = None,
 ) -> bool:
     """Create ``key`` holding ``data``. True when the key holds these bytes afterwards
     (including a create whose response was lost and that was sent again), False when
     it holds another writer's bytes. Raises :class:`CreateOutcomeUnknown` when the store
-    keeps failing, so the caller can report "unknown", never "failed".
+    keeps failing, so the caller can report "unknown", never "failed"."""
+    return (
+        create_sent(store, key, lambda _attempt: data, attempts=attempts, backoff_s=backoff_s, sleep=sleep) is not None
+    )
 
-    ``before_resend()`` runs before each send after the first: a reason not to send
-    again (the outcome is unknown then), or None."""
-    cause = ""
+
+def create_sent(
+    store: ObjectStore,
+    key: str,
+    sends: Callable[[int], bytes],
+    *,
+    attempts: int = 6,
+    backoff_s: float = 0.1,
+    sleep: Callable[[float], None] = time.sleep,
+    before_resend: Callable[[], str | None] | None = None,
+) -> bytes | None:
+    """:func:`create_once`, sending ``sends(attempt)`` at each attempt: the bytes now at
+    ``key`` when they are any of ours, None when they are another writer's.
+
+    A state-log entry is sent again as *other* bytes that mean the same (its re-send
+    number): a first send that landed, was read into a stored state and then lost by the
+    store is never put back byte for byte by a re-send -- one that may land after the
+    log before it changed, so the stored state would vouch for a log it is not the fold
+    of (docs/design.md section 14). ``before_resend()`` runs before each send after the
+    first: a reason not to send again (the outcome is unknown then), or None."""
+    cause, sent = "", []
     for attempt in range(attempts):
         if attempt:
             sleep(backoff_s * 2 ** (attempt - 1))
@@ -67,19 +87,23 @@ def create_once(
                     continue
                 if stop is not None:
                     raise CreateOutcomeUnknown(key, f"{cause}; {stop}" if cause else stop)
+        data = sends(attempt)
+        sent.append(data)
         try:
             store.put_if_absent_once(key, data)
-            return True
+            return data
         except KeyExists:
             try:
-                return store.get(key) == data
+                there = store.get(key)
             except ObjectNotFound:  # a conflicting create was in flight and did not land
                 continue
             except (StoreError, OSError) as e:
                 cause = str(e)
+            else:
+                return there if there in sent else None
         except (StoreError, OSError) as e:
             cause = str(e)
-        log.warning("creating %s: %s; sending the same bytes again", key, cause)
+        log.warning("creating %s: %s; sending it again", key, cause)
     raise CreateOutcomeUnknown(key, cause or "the store kept failing")
 
 

@@ -284,6 +284,8 @@ def test_a_chained_entry_names_the_crc32c_of_the_entry_before_it():
     assert a != b and en.encode(tick) not in (a, b)
     assert en.decode_chained(a, "k") == (tick, 1) and en.decode_chained(en.encode(tick), "k") == (tick, None)
     assert en.decode(b, "k") == tick
+    again = en.encode(tick, prev=1, resend=2)  # a re-send: the same entry, other bytes
+    assert again != a and en.decode_chained(again, "k") == (tick, 1)
     rel = en.Advance(3, 2, release_owner="run-1")
     assert en.decode_chained(en.encode(rel, prev=0xFFFFFFFF), "k") == (rel, 0xFFFFFFFF)
     for body, why in (
@@ -291,6 +293,7 @@ def test_a_chained_entry_names_the_crc32c_of_the_entry_before_it():
         ({"v": 6, "kind": "tick", "epoch": 3, "writer_epoch": 2, "owner": "r", "prev": -1}, "no CRC32C"),
         ({"v": 6, "kind": "tick", "epoch": 3, "writer_epoch": 2, "owner": "r", "prev": "1"}, "no CRC32C"),
         ({"v": 6, "kind": "seal", "at_ms": 1, "release_owner": "r", "prev": 1}, "unknown fields ['release_owner']"),
+        ({"v": 6, "kind": "seal", "at_ms": 1, "prev": 1, "resend": 0}, "re-send number that is not one"),
     ):
         with pytest.raises(CorruptData, match=re.escape(why)):
             en.decode(codec.seal(body), "logs/t/000000/3.json")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctp_state import layout, state as sm
+from ctp_state import codec, layout, state as sm
 from ctp_state.entries import Placeholder, Tick
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import OutcomeUnknown, StoreError
@@ -152,3 +152,64 @@ def test_a_snapshot_whose_last_entry_was_replaced_is_set_aside_by_every_reader(s
         st = plog(store, "t", 0, probe=probe, write_snapshots=False).read_state()
         assert [p.record_count for p in st.pending] == [1] and st.applied_offset == n
         assert st.pending[0].l0_key != state.pending[0].l0_key  # b's placeholder, not a's
+
+
+class LostThenRaced(Wrapped):
+    """The first create of ``key`` lands, ``meanwhile()`` runs, its response is lost.
+    The second (the re-send, after its check of the entry before it passed) runs
+    ``between()`` first: the writer stalled between that check and the send."""
+
+    def __init__(self, inner, key, meanwhile, between):
+        super().__init__(inner)
+        self.key, self.meanwhile, self.between, self.n = key, meanwhile, between, 0
+
+    def put_if_absent(self, k, d):
+        if k == self.key:
+            self.n += 1
+            if self.n == 1:
+                self.inner.put_if_absent(k, d)
+                self.meanwhile()
+                raise StoreError(f"connection reset after the request for {k!r} was sent")
+            if self.n == 2:
+                self.between()
+        return self.inner.put_if_absent(k, d)
+
+
+def test_a_resend_stalled_after_its_check_puts_back_no_bytes_a_pack_names(store, gate):
+    """Found by the third review: the re-send's check of the entry before it is a check,
+    then a send. P1's create at K lands, its response is lost; the GC packs the state at
+    K; P1's re-send checks K-1 (still a's) and stalls; the store loses K-1 and K and P2's
+    c lands at K-1; P1's re-send lands at K. Were it the first send's bytes, the pack
+    would vouch for them and hide c (the reconciler committed past it and the GC deleted
+    its L0 object). A re-send is the same entry as other bytes (its re-send number)."""
+    create_topic(store, "t", 1)
+    for _ in range(2):
+        epoch(store, gate)
+    log = plog(store, "t", 0)
+    ClusterEpoch(store).advance()
+    with Producer(store, epoch_ttl_s=0) as p0:
+        assert p0.write([(("t", 0), [Record(b"a")])])[0].accepted
+    k = log.read_state().applied_offset + 1
+    seen = {}
+
+    def meanwhile():
+        gc(store, gate)  # the GC packs the state at K (P1's entry folded in)
+        st, crc = newest_pack(store).states[("t", 0)]
+        assert st.applied_offset == k
+        seen["pack_crc"] = crc
+
+    def between():
+        store.delete_many([log.key(k - 1), log.key(k)])
+        with Producer(store, epoch_ttl_s=0) as p2:
+            seen["c"] = p2.write([(("t", 0), [Record(b"c")])])[0]
+
+    with Producer(LostThenRaced(store, log.key(k), meanwhile, between), epoch_ttl_s=0) as p1:
+        vb = p1.write([(("t", 0), [Record(b"b")])])[0]
+    assert seen["c"].accepted, seen["c"].error
+    ents = dict(log.entries())
+    assert isinstance(ents[k - 1], Placeholder) and ents[k - 1].l0_key == seen["c"].l0_key
+    for _ in range(4):
+        epoch(store, gate)
+    # (a was lost by the store; c, and b if it was accepted, are read exactly once)
+    assert_exactly_once(store, "t", {0: [Record(b"c")] + ([Record(b"b")] if vb.accepted else [])}, all_in_l1=True)
+    assert vb.accepted and codec.crc32c(store.get(log.key(k))) != seen["pack_crc"]

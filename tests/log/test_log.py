@@ -77,7 +77,7 @@ def test_lost_response_retry_does_not_duplicate_the_entry(store):
     log = plog(store, "t", 0)
     s = log.read_state()
     entry = ph(1, 0)
-    store.put_if_absent(log.key(1), encode(entry))  # our PUT landed, its response was lost
+    store.put_if_absent(log.key(1), encode(entry, prev=s.last_crc))  # our PUT landed, its response was lost
     appended = log.append(s, lambda _s: entry)  # the retry finds its own bytes there
     assert appended.offset == 1 and appended.outcome.accepted
     assert [o for o, _ in log.entries()] == [0, 1]

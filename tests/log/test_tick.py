@@ -49,7 +49,7 @@ def test_a_tick_is_a_version_5_entry_and_only_a_tick_is():
     with pytest.raises(CorruptData, match="tick entries are version 5"):
         en.decode(codec.seal({**adv, "v": 5}), "k")
     with pytest.raises(UnsupportedVersion):
-        en.decode(codec.seal({**body, "v": 6}), "k")
+        en.decode(codec.seal({**body, "v": 7}), "k")
 
 
 def test_a_tick_moves_an_idle_partition_on_and_fences_every_older_writer():
