@@ -244,6 +244,22 @@ class WriterFenced(Rejected):
         )
 
 
+class EntryForked(Rejected):
+    """A claim holder's entry (reconcile, advance, compact, trim) written after an entry
+    the log does not hold before it: its ``prev`` names another entry. The store lost
+    entries its writer had read, and the writer epoch it wrote under may be another
+    claimer's now; it has no effect (docs/design.md section 14)."""
+
+    code = "forked"
+
+    def __init__(self, topic: str, partition: int, offset: int):
+        self.topic, self.partition, self.offset = topic, partition, offset
+        super().__init__(
+            f"{topic}/{partition}: the entry at log offset {offset} was written after an entry the log no "
+            f"longer holds at {offset - 1} (the store lost entries); it has no effect"
+        )
+
+
 class UnknownWriterEpoch(Rejected):
     """R5: the writer epoch is ahead of the log; refresh the state and retry."""
 

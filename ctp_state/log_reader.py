@@ -77,6 +77,11 @@ class NotVouched(Exception):
         self.offset, self.why = offset, why
 
 
+def _item(offset: int, data: bytes, key: str) -> tuple[int, Entry, int, int | None]:
+    entry, prev = en.decode_chained(data, key)
+    return offset, entry, codec.crc32c(data), prev
+
+
 class LogReader:
     """Reads for one partition's log. Holds no state of its own except the offset of
     the newest snapshot it knows of; thread-safe."""
@@ -196,7 +201,7 @@ class LogReader:
             base = self._vouched(sm.evolve(base, last_entry=(base.applied_offset, crc)))
         except NotVouched:
             return None
-        state = self.catch_up(base)
+        state = self.catch_up(base, vouched=True)
         self._snapshot_offset = max(self._snapshot_offset, base.applied_offset)
         self._maybe_snapshot(state)
         return window.recover(state)
@@ -272,11 +277,11 @@ class LogReader:
 
     def entries(self, after: int = -1) -> Iterator[tuple[int, Entry]]:
         """Yield ``(offset, entry)`` for every entry after log offset ``after``."""
-        for offset, entry, _crc in self._read(after):
+        for offset, entry, _crc, _prev in self._read(after):
             yield offset, entry
 
-    def _read(self, after: int) -> Iterator[tuple[int, Entry, int]]:
-        """:meth:`entries`, each with the CRC32C of its stored bytes."""
+    def _read(self, after: int) -> Iterator[tuple[int, Entry, int, int | None]]:
+        """:meth:`entries`, each with the CRC32C of its stored bytes and its ``prev``."""
         if self.probe:
             yield from self._probed(after)
             return
@@ -294,15 +299,14 @@ class LogReader:
                     data = self.store.get(key)
                 except ObjectNotFound:
                     raise LogGap(info.key, expected, offset) from None
-                yield expected, en.decode(data, key), codec.crc32c(data)
+                yield _item(expected, data, key)
                 expected += 1
             if offset != expected:
                 raise LogGap(info.key, expected, offset)
-            data = self.store.get(info.key)
-            yield offset, en.decode(data, info.key), codec.crc32c(data)
+            yield _item(offset, self.store.get(info.key), info.key)
             expected += 1
 
-    def _probed(self, after: int) -> Iterator[tuple[int, Entry, int]]:
+    def _probed(self, after: int) -> Iterator[tuple[int, Entry, int, int | None]]:
         """:meth:`_read` by GETs of each next key until one is missing: no listing."""
         offset = after + 1
         while True:
@@ -311,12 +315,19 @@ class LogReader:
                 data = self.store.get(key)
             except ObjectNotFound:
                 break
-            yield offset, en.decode(data, key), codec.crc32c(data)
+            yield _item(offset, data, key)
             offset += 1
 
-    def catch_up(self, state: sm.PartitionState, *, reach: bool = False) -> sm.PartitionState:
+    def catch_up(self, state: sm.PartitionState, *, reach: bool = False, vouched: bool = False) -> sm.PartitionState:
         """Apply every entry after ``state.applied_offset`` (with ``reach``, first check
-        the log still holds the entry the state ends at, with its bytes: :meth:`_vouched`).
+        the log still holds the entry the state ends at, with its bytes: :meth:`_vouched`;
+        ``vouched``: the caller did).
+
+        Each entry is applied as *forked* when it names (``prev``) another entry than the
+        one before it in the log (:func:`ctp_state.state.apply`): known from the bytes
+        read here, and for the first one from the state's own last entry when the log
+        vouched for it (a writer's state that the log did not vouch for may be the
+        stale one).
 
         Never snapshots: ``state`` may hold entries its caller appended and never read
         back. Only :meth:`read_state`, whose state is folded from bytes read from the
@@ -326,9 +337,11 @@ class LogReader:
         if reach:
             state = self._vouched(state)
         last = None
-        for offset, entry, crc in self._read(state.applied_offset):
-            state = sm.apply(state, offset, entry).state
-            last = (offset, crc)
+        before = state.last_crc if reach or vouched else None
+        for offset, entry, crc, prev in self._read(state.applied_offset):
+            forked = prev is not None and before is not None and prev != before
+            state = sm.apply(state, offset, entry, forked=forked).state
+            last, before = (offset, crc), crc
         if last is not None:
             state = sm.evolve(state, last_entry=last)
         self._seen_at = time.monotonic()

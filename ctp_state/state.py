@@ -45,6 +45,7 @@ from ctp_state.entries import (
 from ctp_state.errors import (
     ClaimHeld,
     CorruptData,
+    EntryForked,
     EntryOutOfOrder,
     InvalidTransition,
     OutOfOrderSequence,
@@ -98,14 +99,26 @@ class Outcome:
 # --- the fold ---------------------------------------------------------------------------
 
 
-def apply(state: PartitionState, offset: int, entry: Entry) -> Outcome:
+#: The entries that act under a claim's writer epoch without naming the claim: one
+#: written after another log than this one (``forked``) may be under another
+#: claimer's epoch of the same number (the store lost the claim it was written under).
+_UNDER_CLAIM = (Reconcile, Advance, Compact, Trim)
+
+
+def apply(state: PartitionState, offset: int, entry: Entry, *, forked: bool = False) -> Outcome:
     """Apply ``entry``, stored at log ``offset``, to ``state``. Pure.
 
     A rejected entry still advances ``applied_offset`` (it is in the log, it simply has
-    no effect) and carries its verdict in ``Outcome.rejected``.
+    no effect) and carries its verdict in ``Outcome.rejected``. ``forked``: the entry
+    names (``prev``) another entry than the one the log holds before it -- a reconcile,
+    advance, compact or trim entry is then rejected (:class:`EntryForked`); any other
+    kind is judged as ever (a placeholder is data; a claim or tick takes the next writer
+    epoch, which the fold checks).
     """
     if offset != state.applied_offset + 1:
         raise EntryOutOfOrder(state.topic, state.partition, offset, state.applied_offset)
+    if forked and isinstance(entry, _UNDER_CLAIM) and not state.sealed:
+        return Outcome(evolve(state, applied_offset=offset), rejected=EntryForked(state.topic, state.partition, offset))
     # Each _apply_* checks ``state`` and returns it copied once, with ``applied_offset``
     # moved to ``offset`` and its own changes (a replay copies a state per entry).
     try:

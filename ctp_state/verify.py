@@ -169,6 +169,7 @@ def verify_partition(
                 yield offset, info.key, store.get(info.key)
                 nxt = offset + 1
 
+    before: int | None = None  # the CRC32C of the entry before (a forked entry names another)
     for offset, key, data in listed():
         if data is None:
             say(ERROR, f"state log is not dense: offset {offset} is missing", key)
@@ -177,7 +178,7 @@ def verify_partition(
         expected += 1
         res.entries += 1
         try:
-            entry = en.decode(data, key)
+            entry, prev = en.decode_chained(data, key)
         except CorruptData as e:
             covered = snap is not None and offset <= snap.applied_offset
             say(
@@ -202,7 +203,9 @@ def verify_partition(
                 "`ctp topic create` repairs it by appending the init",
                 key,
             )
-        state = sm.apply(state, offset, entry).state
+        forked = prev is not None and before is not None and prev != before
+        before = codec.crc32c(data)
+        state = sm.apply(state, offset, entry, forked=forked).state
         if snap is not None and offset == snap.applied_offset:
             at_snapshot = state
     if res.unchecksummed:

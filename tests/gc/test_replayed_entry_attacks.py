@@ -207,3 +207,75 @@ def test_a_second_release_by_the_same_run_does_not_vouch_for_a_stale_pack(store,
     # (A's entry was lost by the store; B is the record at its offset now)
     assert_exactly_once(store, "t", {0: [Record(b"x"), Record(b"b")]}, all_in_l1=True)
     assert store.get(log.key(k)) != seen["old_k"]  # the two releases differ in their bytes
+
+
+def test_a_stale_commit_under_a_reissued_writer_epoch_has_no_effect(store, gate):
+    """Found by the fourth review: no identical bytes at all. Reconciler R1 claimed at
+    J+1 (writer epoch w) and built A's file; before its commit the store loses J (A's
+    placeholder) and J+1 (R1's claim); B lands at J and another claimer takes the same
+    writer epoch w at J+1; R1 commits (no release: an advance is due) at J+2 from its own
+    state -- and was accepted under the other's claim: B marked lifted into the file of
+    A's records, its L0 object deleted. The commit names (``prev``) R1's lost claim, not
+    the entry before it: it is forked, and a claim holder's forked entry has no effect."""
+    from ctp_state.entries import AccessMode
+    from ctp_state.errors import EntryForked
+
+    create_topic(store, "t", 1)
+    for _ in range(2):
+        epoch(store, gate)
+    log = plog(store, "t", 0)
+    ClusterEpoch(store).advance()
+    produce(store, b"x")
+    epoch(store, gate)
+    produce(store, b"a")
+    ClusterEpoch(store).advance()
+    ClusterEpoch(store).advance()
+    j = log.read_state().applied_offset  # A's placeholder
+    seen = {}
+
+    def hook(point, index):
+        if point == "before_commit" and "b" not in seen:
+            store.delete_many([log.key(j), log.key(j + 1)])  # A and R1's claim: the suffix
+            seen["b"] = produce(store, b"b")  # lands at J
+            other = plog(store, "t", 0)
+            got = other.claim(other.read_state(), "compactor:other", AccessMode.EXCLUSIVE, lease_ms=60_000)
+            assert got.offset == j + 1 and got.outcome.accepted, got
+            seen["other"] = (other, got.outcome.state)
+
+    crashpoints.install(hook)
+    try:
+        run_reconcile(store)  # R1
+    finally:
+        crashpoints.install(None)
+    other, st = seen["other"]
+    assert isinstance(dict(log.entries())[j + 2], Reconcile)
+    st = plog(store, "t", 0).read_state()
+    assert [p.l0_key for p in st.pending] == [seen["b"].l0_key]  # R1's commit did not lift B
+    other.release(st, "compactor:other", seen["other"][1].writer_epoch)
+    # R1's file (A's records at B's offsets) is committed by nothing: the next reconcile
+    # finds it in the way and quarantines the partition, naming it (it never replaces a
+    # file that could be committed; nothing is lost), and the operator deletes it as the
+    # message says. (A liveness cost of this store fault, in docs/design.md section 14.)
+    ClusterEpoch(store).advance()
+    s = run_reconcile(store)
+    (part,) = s.partitions
+    assert part.status == "quarantined" and "an L1 file in the way holds other records" in part.reason, part
+    assert store.head(seen["b"].l0_key) is not None
+    in_way = part.reason.split("'")[1]
+    assert in_way.startswith("l1/") and in_way not in plog(store, "t", 0).read_state().committed_l1_keys()
+    store.delete_many([in_way])
+    for _ in range(4):
+        epoch(store, gate)
+    # (A's entry was lost by the store; B is the record at its offset now)
+    assert_exactly_once(store, "t", {0: [Record(b"x"), Record(b"b")]}, all_in_l1=True)
+    from ctp_state import state as sm
+
+    s = plog(store, "t", 0, write_snapshots=False).empty_state()
+    verdicts = {}
+    prev_crc = None
+    for o in range(j + 3):
+        data = store.get(log.key(o))
+        e, prev = en.decode_chained(data, log.key(o))
+        out = sm.apply(s, o, e, forked=prev is not None and prev_crc is not None and prev != prev_crc)
+        verdicts[o], s, prev_crc = out.rejected, out.state, codec.crc32c(data)
+    assert isinstance(verdicts[j + 2], EntryForked)

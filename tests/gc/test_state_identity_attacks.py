@@ -45,7 +45,8 @@ def epoch(store, gate, *, gc_first=False):
     ClusterEpoch(store).advance()
     if gc_first:
         gc(store, gate)
-    assert run_reconcile(store).ok
+    s = run_reconcile(store)
+    assert s.ok, [(p.topic, p.partition, p.status, p.reason) for p in s.partitions if p.failed]
     gc(store, gate)
 
 

@@ -217,3 +217,26 @@ def test_a_probing_appender_that_lost_the_race_to_two_offsets_catches_up(store):
     out = mine.append(st, lambda fresh: Claim(fresh.writer_epoch + 1, "b", AccessMode.EXCLUSIVE, 10**13, 0))
     assert out.offset == 3 and out.outcome.accepted
     assert [e.kind for _, e in plog(store, "t", 0).entries()] == ["init", "claim", "release", "claim"]
+
+
+def test_a_claim_holders_forked_entry_has_no_effect_and_other_kinds_are_judged_as_ever():
+    """``forked``: the entry names (prev) another entry than the one the log holds before
+    it. A reconcile or advance is then rejected (EntryForked) and changes nothing; a
+    placeholder (data), a claim, a tick and a release are judged as ever."""
+    from ctp_state.entries import Reconcile
+    from ctp_state.errors import EntryForked
+
+    s, _ = fold(Init(1), Claim(1, "r", AccessMode.EXCLUSIVE, 10**12, 0), ph(1))
+    claimed, _ = fold(Init(1), Claim(1, "r", AccessMode.EXCLUSIVE, 10**12, 0))
+    l1 = layout.l1_key("t", 0, 0, 0)
+    for st, entry in ((s, Reconcile(2, 0, (l1,), 1, 1)), (claimed, Advance(3, 1))):
+        at = st.applied_offset + 1
+        out = sm.apply(st, at, entry, forked=True)
+        assert isinstance(out.rejected, EntryForked) and "has no effect" in str(out.rejected)
+        assert out.state == sm.evolve(st, applied_offset=at)
+        assert sm.apply(st, at, entry).rejected is None  # the same entry, not forked: applied
+    assert sm.apply(s, 3, ph(1), forked=True).accepted
+    assert sm.apply(s, 3, Release("r", 1), forked=True).accepted
+    free, _ = fold(Init(1))
+    assert sm.apply(free, 1, Tick(3, 1, "t"), forked=True).accepted
+    assert sm.apply(free, 1, Claim(1, "z", AccessMode.EXCLUSIVE, 10**12, 0), forked=True).accepted
