@@ -83,7 +83,7 @@ def test_a_snapshot_the_log_does_not_reach_is_set_aside_and_counted(store):
     fresh = plog(store, "t", 0, write_snapshots=False)
     got = fresh.read_state()
     assert SNAPSHOTS_SET_ASIDE.value == before + 1
-    assert "the log holds no entry 1" in (fresh.snapshot_problem or "")
+    assert "the log holds no entry at 1" in (fresh.snapshot_problem or "")
     assert got.applied_offset == 0 and got.pending == () and ahead.applied_offset == 1
 
 
