@@ -14,11 +14,13 @@ its start: the committed L1 files (as the last offset of each; they tile the rec
 from offset 0 to the last reconciled one) and, per idempotent producer, the sequence
 numbers it has had applied (R8), so a re-sent batch is recognised and dropped.
 
-One module because it is one fold: the verdicts and the ``_apply_*`` functions of
-every entry kind change together (each rule R2, R3, R5, R6, R8 is a condition inside
-them). What is not the fold lives apart: the state's types and the views readers take of
-them in :mod:`ctp_state.partition_state`, the fence window in :mod:`ctp_state.window`,
-the snapshot codec in :mod:`ctp_state.snapshot`.
+The fold is this module's ``apply`` and the rules of the data entries (placeholders
+with R2, R8 and R9, reconciles with R3, advances, compactions and trims with R11); the
+claim rules every writer entry is checked against (R5, R6: who writes under which
+writer epoch, and the tick) are :mod:`ctp_state.claims`. What is not the fold lives
+apart: the state's types and the views readers take of them in
+:mod:`ctp_state.partition_state`, the fence window in :mod:`ctp_state.window`, the
+snapshot codec in :mod:`ctp_state.snapshot`.
 """
 
 from __future__ import annotations
@@ -26,9 +28,15 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from ctp_state import layout
+from ctp_state import claims, layout
+
+# The claim rules' views, which readers name from here too.
+from ctp_state.claims import (
+    WRITER_EPOCH_HISTORY as WRITER_EPOCH_HISTORY,
+    end_offset_of_writer_epoch as end_offset_of_writer_epoch,
+    live_holders as live_holders,
+)
 from ctp_state.entries import (
-    AccessMode,
     Advance,
     Claim,
     Compact,
@@ -43,7 +51,6 @@ from ctp_state.entries import (
     TrimReason,
 )
 from ctp_state.errors import (
-    ClaimHeld,
     CorruptData,
     EntryForked,
     EntryOutOfOrder,
@@ -53,9 +60,7 @@ from ctp_state.errors import (
     Rejected,
     SequenceConflict,
     StaleClusterEpoch,
-    UnknownWriterEpoch,
     UnverifiableDuplicate,
-    WriterFenced,
 )
 
 # The types the fold folds, which readers name from here too (explicitly re-exported).
@@ -68,8 +73,6 @@ from ctp_state.partition_state import (
     evolve as evolve,
 )
 
-#: How many writer-epoch start offsets a partition remembers (for end-offset queries).
-WRITER_EPOCH_HISTORY = 256
 #: R8: a partition remembers every producer that wrote within the last
 #: PRODUCER_RETENTION_EPOCHS cluster epochs (a day at the default 5-minute epochs), and
 #: older ones while it remembers fewer than MAX_PRODUCERS (least recently written
@@ -140,11 +143,11 @@ def apply(state: PartitionState, offset: int, entry: Entry, *, forked: bool = Fa
         if isinstance(entry, Advance):
             return Outcome(_apply_advance(state, offset, entry))
         if isinstance(entry, Tick):
-            return Outcome(_apply_tick(state, offset, entry))
+            return Outcome(claims.apply_tick(state, offset, entry))
         if isinstance(entry, Claim):
-            return Outcome(_apply_claim(state, offset, entry))
+            return Outcome(claims.apply_claim(state, offset, entry))
         if isinstance(entry, Release):
-            return Outcome(_apply_release(state, offset, entry))
+            return Outcome(claims.apply_release(state, offset, entry))
         if isinstance(entry, Seal):
             return Outcome(evolve(state, applied_offset=offset, sealed=True))
         if isinstance(entry, Compact):
@@ -182,24 +185,9 @@ def _apply_init(s: PartitionState, offset: int, e: Init) -> PartitionState:
     )
 
 
-def _check_writer(s: PartitionState, writer_epoch: int) -> None:
-    if writer_epoch < s.fence_floor:
-        raise WriterFenced(s.topic, s.partition, writer_epoch, s.fence_floor)
-    if writer_epoch > s.writer_epoch:
-        raise UnknownWriterEpoch(s.topic, s.partition, writer_epoch, s.writer_epoch)
-
-
-def _check_exclusive(s: PartitionState, writer_epoch: int, what: str) -> None:
-    _check_writer(s, writer_epoch)
-    if writer_epoch != s.fence_floor or not any(h.writer_epoch == writer_epoch for h in s.holders):
-        raise InvalidTransition(
-            s.topic, s.partition, f"{what} needs a live exclusive claim, writer epoch {writer_epoch} holds none"
-        )
-
-
 def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[PartitionState, int | None, bool]:
     if e.writer_epoch is not None:
-        _check_writer(s, e.writer_epoch)
+        claims.check_writer(s, e.writer_epoch)
     # R9: the key must say the same epoch, or the GC's listing (by key) and M (by the
     # entry) would disagree about this chunk.
     try:
@@ -316,7 +304,7 @@ def allowed_lower_bound(s: PartitionState, through_log_offset: int) -> int:
 
 
 def _apply_reconcile(s: PartitionState, offset: int, e: Reconcile) -> PartitionState:
-    _check_exclusive(s, e.writer_epoch, "reconcile")
+    claims.check_exclusive(s, e.writer_epoch, "reconcile")
     if not (s.last_reconciled_log_offset <= e.through_log_offset < offset):
         raise InvalidTransition(
             s.topic,
@@ -345,7 +333,7 @@ def _apply_reconcile(s: PartitionState, offset: int, e: Reconcile) -> PartitionS
     return evolve(
         s,
         applied_offset=offset,
-        holders=_released(s, e.release_owner, e.writer_epoch, "reconcile"),
+        holders=claims.released(s, e.release_owner, e.writer_epoch, "reconcile"),
         last_reconciled_log_offset=e.through_log_offset,
         last_reconciled_offset=e.last_record_offset,
         min_epoch_lower_bound=e.min_epoch_lower_bound,
@@ -391,7 +379,7 @@ def _l1_ends_of(s: PartitionState, e: Reconcile) -> tuple[int, ...]:
 
 
 def _apply_advance(s: PartitionState, offset: int, e: Advance) -> PartitionState:
-    _check_exclusive(s, e.writer_epoch, "advance")
+    claims.check_exclusive(s, e.writer_epoch, "advance")
     if s.pending:
         raise InvalidTransition(
             s.topic, s.partition, f"advance to epoch {e.epoch} while {len(s.pending)} placeholders await reconcile"
@@ -405,7 +393,7 @@ def _apply_advance(s: PartitionState, offset: int, e: Advance) -> PartitionState
     return evolve(
         s,
         applied_offset=offset,
-        holders=_released(s, e.release_owner, e.writer_epoch, "advance"),
+        holders=claims.released(s, e.release_owner, e.writer_epoch, "advance"),
         max_applied_epoch=e.epoch,
         previous_applied_epoch=e.epoch,
         epoch_window_offset=offset,
@@ -416,50 +404,11 @@ def _apply_advance(s: PartitionState, offset: int, e: Advance) -> PartitionState
     )
 
 
-def _apply_tick(s: PartitionState, offset: int, e: Tick) -> PartitionState:
-    """R5 + R6 in one entry (see :class:`~ctp_state.entries.Tick`): a claim taken and
-    given up around an advance. Judged as that claim would be, but stricter: any holder,
-    live or lapsed, refuses it (the claim path, with its lease takeovers, is for those)."""
-    if s.holders:
-        h = s.holders[0]
-        raise ClaimHeld(s.topic, s.partition, h.owner, h.mode.value, h.lease_until_ms)
-    if e.writer_epoch != s.writer_epoch + 1:
-        raise InvalidTransition(
-            s.topic, s.partition, f"tick for writer epoch {e.writer_epoch}, expected {s.writer_epoch + 1}"
-        )
-    if s.pending:
-        raise InvalidTransition(
-            s.topic, s.partition, f"tick to epoch {e.epoch} while {len(s.pending)} placeholders await reconcile"
-        )
-    if e.epoch < s.max_applied_epoch or e.epoch <= s.min_epoch_lower_bound:  # type: ignore[operator]
-        raise InvalidTransition(
-            s.topic,
-            s.partition,
-            f"tick to epoch {e.epoch} does not move the partition on (applied epoch {s.max_applied_epoch}, "
-            f"lower bound {s.min_epoch_lower_bound})",
-        )
-    starts = (s.writer_epoch_starts + ((e.writer_epoch, offset),))[-WRITER_EPOCH_HISTORY:]
-    return evolve(
-        s,
-        applied_offset=offset,
-        writer_epoch=e.writer_epoch,
-        fence_floor=e.writer_epoch,
-        writer_epoch_starts=starts,
-        max_applied_epoch=e.epoch,
-        previous_applied_epoch=e.epoch,
-        epoch_window_offset=offset,
-        min_epoch_lower_bound=e.epoch,
-        last_reconciled_log_offset=offset,
-        max_seen_epoch=e.epoch,
-        oldest_accepted_epoch=e.epoch,
-    )
-
-
 def _apply_compact(s: PartitionState, offset: int, e: Compact) -> PartitionState:
     """R11: a run of adjacent committed files is replaced by one file holding exactly
     their records. The entry must name the run as the state commits it (keys and
     CRC32C), and the new file by the key its writer epoch gives it."""
-    _check_exclusive(s, e.writer_epoch, "compact")
+    claims.check_exclusive(s, e.writer_epoch, "compact")
     files = s.committed_l1_files()
     firsts = [f.first for f in files]
     i = bisect.bisect_left(firsts, e.first_offset)
@@ -485,7 +434,7 @@ def _apply_compact(s: PartitionState, offset: int, e: Compact) -> PartitionState
     return evolve(
         s,
         applied_offset=offset,
-        holders=_released(s, e.release_owner, e.writer_epoch, "compact"),
+        holders=claims.released(s, e.release_owner, e.writer_epoch, "compact"),
         l1_ends=s.l1_ends[:i] + (e.last_offset,) + s.l1_ends[j + 1 :],
         l1_crcs=s.l1_crcs[:i] + (e.l1_crc32c,) + s.l1_crcs[j + 1 :],
         l1_tags=tags[:i] + (e.writer_epoch,) + tags[j + 1 :],
@@ -496,7 +445,7 @@ def _apply_compact(s: PartitionState, offset: int, e: Compact) -> PartitionState
 def _apply_trim(s: PartitionState, offset: int, e: Trim) -> PartitionState:
     """R11: the start offset moves forward, never past what is in L1; the committed
     files wholly before it leave the committed set."""
-    _check_exclusive(s, e.writer_epoch, "trim")
+    claims.check_exclusive(s, e.writer_epoch, "trim")
     if e.start_offset <= s.start_offset:
         raise InvalidTransition(
             s.topic,
@@ -513,7 +462,7 @@ def _apply_trim(s: PartitionState, offset: int, e: Trim) -> PartitionState:
     return evolve(
         s,
         applied_offset=offset,
-        holders=_released(s, e.release_owner, e.writer_epoch, "trim"),
+        holders=claims.released(s, e.release_owner, e.writer_epoch, "trim"),
         start_offset=e.start_offset,
         deleted_to=e.start_offset if e.reason is TrimReason.DELETE_RECORDS else s.deleted_to,
         l1_first=s.l1_ends[k - 1] + 1 if k else s.l1_first,
@@ -522,74 +471,3 @@ def _apply_trim(s: PartitionState, offset: int, e: Trim) -> PartitionState:
         l1_tags=s.l1_tags[k:] if s.l1_tags else (),
         l1_changed_log_offset=offset,
     )
-
-
-def live_holders(s: PartitionState, now_ms: int) -> tuple[Holder, ...]:
-    return tuple(h for h in s.holders if h.lease_until_ms > now_ms)
-
-
-def _apply_claim(s: PartitionState, offset: int, e: Claim) -> PartitionState:
-    if e.writer_epoch != s.writer_epoch + 1:
-        raise InvalidTransition(
-            s.topic, s.partition, f"claim for writer epoch {e.writer_epoch}, expected {s.writer_epoch + 1}"
-        )
-    exclusive = e.mode is not AccessMode.SHARED
-    lapsed = set(e.expired)  # holders the claimer found lapsed by the store's clock
-    others = tuple(
-        h for h in live_holders(s, e.now_ms) if h.owner != e.owner and (h.owner, h.writer_epoch) not in lapsed
-    )
-    blocking = others if exclusive else tuple(h for h in others if h.mode is not AccessMode.SHARED)
-    if blocking:
-        h = blocking[0]
-        raise ClaimHeld(s.topic, s.partition, h.owner, h.mode.value, h.lease_until_ms)
-    holder = Holder(
-        e.owner,
-        AccessMode.EXCLUSIVE if exclusive else AccessMode.SHARED,
-        e.writer_epoch,
-        e.lease_until_ms,
-        max(0, e.lease_until_ms - e.now_ms),
-    )
-    starts = (s.writer_epoch_starts + ((e.writer_epoch, offset),))[-WRITER_EPOCH_HISTORY:]
-    return evolve(
-        s,
-        applied_offset=offset,
-        writer_epoch=e.writer_epoch,
-        fence_floor=e.writer_epoch if exclusive else s.fence_floor,
-        holders=others + (holder,),
-        writer_epoch_starts=starts,
-    )
-
-
-def _apply_release(s: PartitionState, offset: int, e: Release) -> PartitionState:
-    return evolve(s, applied_offset=offset, holders=_released(s, e.owner, e.writer_epoch, "release"))
-
-
-def _released(s: PartitionState, owner: str | None, writer_epoch: int, what: str) -> tuple[Holder, ...]:
-    """The holders once ``owner`` gives up its claim under ``writer_epoch`` (all of them
-    when ``owner`` is None: the entry releases nothing). The whole entry is rejected if
-    that claim is not held: a reconcile or advance naming the wrong owner changes
-    nothing, as such a release would not."""
-    if owner is None:
-        return s.holders
-    kept = tuple(h for h in s.holders if not (h.owner == owner and h.writer_epoch == writer_epoch))
-    if len(kept) == len(s.holders):
-        raise InvalidTransition(
-            s.topic,
-            s.partition,
-            f"release by {owner!r} of writer epoch {writer_epoch}, which it does not hold"
-            + ("" if what == "release" else f" (in a {what} entry)"),
-        )
-    return kept
-
-
-def end_offset_of_writer_epoch(s: PartitionState, writer_epoch: int) -> int:
-    """The log offset one past the last entry written under ``writer_epoch``, as Kafka's
-    OffsetForLeaderEpoch: the start of the next newer writer epoch, or the log end."""
-    if writer_epoch > s.writer_epoch:
-        raise UnknownWriterEpoch(s.topic, s.partition, writer_epoch, s.writer_epoch)
-    if s.writer_epoch_starts and writer_epoch < s.writer_epoch_starts[0][0] - 1:
-        raise InvalidTransition(s.topic, s.partition, f"writer epoch {writer_epoch} is older than the retained history")
-    for we, start in s.writer_epoch_starts:
-        if we > writer_epoch:
-            return start
-    return s.applied_offset + 1
