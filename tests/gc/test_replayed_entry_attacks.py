@@ -74,6 +74,17 @@ def produce(store, value):
     return v
 
 
+def x_written(store, gate):
+    """Topic ``t`` (one partition) two epochs on, the cluster epoch advanced and ``x``
+    written to it: its log."""
+    create_topic(store, "t", 1)
+    for _ in range(2):
+        epoch(store, gate)
+    ClusterEpoch(store).advance()
+    produce(store, b"x")
+    return plog(store, "t", 0)
+
+
 @pytest.mark.parametrize("writers", ["chained", "unchained"])
 def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(store, gate, writers, monkeypatch):
     """``chained``: entries name the CRC32C of the entry before them (version 6), so the
@@ -83,12 +94,7 @@ def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(stor
         encode = en.encode
         monkeypatch.setattr(en, "encode", lambda entry, prev=None: encode(entry))
     cfg = ReconcileSettings(lease_ms=300)
-    create_topic(store, "t", 1)
-    for _ in range(2):
-        epoch(store, gate)
-    log = plog(store, "t", 0)
-    ClusterEpoch(store).advance()
-    produce(store, b"x")
+    log = x_written(store, gate)
     ClusterEpoch(store).advance()
     ClusterEpoch(store).advance()
     j = log.read_state().applied_offset + 1  # where R1's claim lands
@@ -167,12 +173,7 @@ def test_a_second_release_by_the_same_run_does_not_vouch_for_a_stale_pack(store,
     from the pack lifted A into B's offset and the GC deleted B's L0 object. Chained
     (the entry names the CRC32C of the one before it: B's, not A's), the bytes differ."""
     cfg = ReconcileSettings(lease_ms=300)
-    create_topic(store, "t", 1)
-    for _ in range(2):
-        epoch(store, gate)
-    log = plog(store, "t", 0)
-    ClusterEpoch(store).advance()
-    produce(store, b"x")
+    log = x_written(store, gate)
     ClusterEpoch(store).advance()
     j = log.read_state().applied_offset + 1  # R's claim
     k = j + 2  # A at j+1, R's release at j+2
@@ -220,12 +221,7 @@ def test_a_stale_commit_under_a_reissued_writer_epoch_has_no_effect(store, gate)
     from ctp_state.entries import AccessMode
     from ctp_state.errors import EntryForked
 
-    create_topic(store, "t", 1)
-    for _ in range(2):
-        epoch(store, gate)
-    log = plog(store, "t", 0)
-    ClusterEpoch(store).advance()
-    produce(store, b"x")
+    log = x_written(store, gate)
     epoch(store, gate)
     produce(store, b"a")
     ClusterEpoch(store).advance()

@@ -50,24 +50,31 @@ def epoch(store, gate, *, gc_first=False):
     gc(store, gate)
 
 
-class LoseThenReport(Wrapped):
-    """The create of ``key`` is carried out; then ``meanwhile()`` runs (what happens
-    while its response is on its way); then the response is lost."""
+class LoseResponse(Wrapped):
+    """The first create of ``key`` lands, ``meanwhile()`` runs (what happens while its
+    response is on its way), and the response is lost. The second (the re-send) runs
+    ``between()`` first, if given: the writer stalled between its check of the entry
+    before it and the send."""
 
-    def __init__(self, inner, key, meanwhile):
+    def __init__(self, inner, key, meanwhile, between=None):
         super().__init__(inner)
-        self.key, self.meanwhile, self.fired = key, meanwhile, False
+        self.key, self.meanwhile, self.between, self.n = key, meanwhile, between, 0
 
     def put_if_absent(self, k, d):
-        self.inner.put_if_absent(k, d)
-        if k == self.key and not self.fired:
-            self.fired = True
-            self.meanwhile()
-            raise StoreError(f"connection reset after the request for {k!r} was sent")
+        if k == self.key:
+            self.n += 1
+            if self.n == 1:
+                self.inner.put_if_absent(k, d)
+                self.meanwhile()
+                raise StoreError(f"connection reset after the request for {k!r} was sent")
+            if self.n == 2 and self.between is not None:
+                self.between()
+        return self.inner.put_if_absent(k, d)
 
 
-@pytest.mark.parametrize("first", ["reconcile", "gc"])
-def test_a_resent_entry_after_the_store_lost_the_one_before_it_hides_nothing(store, gate, first):
+def a_written_then_next_offset(store, gate):
+    """Two epochs reconciled, the cluster epoch advanced and ``a`` written: the log and
+    the offset the next entry lands at (K)."""
     create_topic(store, "t", 1)
     for _ in range(2):
         epoch(store, gate)
@@ -75,7 +82,12 @@ def test_a_resent_entry_after_the_store_lost_the_one_before_it_hides_nothing(sto
     ClusterEpoch(store).advance()
     with Producer(store, epoch_ttl_s=0) as p0:
         assert p0.write([(("t", 0), [Record(b"a")])])[0].accepted
-    k = log.read_state().applied_offset + 1
+    return log, log.read_state().applied_offset + 1
+
+
+@pytest.mark.parametrize("first", ["reconcile", "gc"])
+def test_a_resent_entry_after_the_store_lost_the_one_before_it_hides_nothing(store, gate, first):
+    log, k = a_written_then_next_offset(store, gate)
     landed = {}
 
     def meanwhile():
@@ -87,7 +99,7 @@ def test_a_resent_entry_after_the_store_lost_the_one_before_it_hides_nothing(sto
         with Producer(store, epoch_ttl_s=0) as p2:
             landed["c"] = p2.write([(("t", 0), [Record(b"c")])])[0]
 
-    with Producer(LoseThenReport(store, log.key(k), meanwhile), epoch_ttl_s=0) as p1:
+    with Producer(LoseResponse(store, log.key(k), meanwhile), epoch_ttl_s=0) as p1:
         vb = p1.write([(("t", 0), [Record(b"b")])])[0]
     assert landed["c"].accepted, landed["c"].error
     assert isinstance(dict(log.entries())[k - 1], Placeholder)
@@ -155,27 +167,6 @@ def test_a_snapshot_whose_last_entry_was_replaced_is_set_aside_by_every_reader(s
         assert st.pending[0].l0_key != state.pending[0].l0_key  # b's placeholder, not a's
 
 
-class LostThenRaced(Wrapped):
-    """The first create of ``key`` lands, ``meanwhile()`` runs, its response is lost.
-    The second (the re-send, after its check of the entry before it passed) runs
-    ``between()`` first: the writer stalled between that check and the send."""
-
-    def __init__(self, inner, key, meanwhile, between):
-        super().__init__(inner)
-        self.key, self.meanwhile, self.between, self.n = key, meanwhile, between, 0
-
-    def put_if_absent(self, k, d):
-        if k == self.key:
-            self.n += 1
-            if self.n == 1:
-                self.inner.put_if_absent(k, d)
-                self.meanwhile()
-                raise StoreError(f"connection reset after the request for {k!r} was sent")
-            if self.n == 2:
-                self.between()
-        return self.inner.put_if_absent(k, d)
-
-
 def test_a_resend_stalled_after_its_check_puts_back_no_bytes_a_pack_names(store, gate):
     """Found by the third review: the re-send's check of the entry before it is a check,
     then a send. P1's create at K lands, its response is lost; the GC packs the state at
@@ -183,14 +174,7 @@ def test_a_resend_stalled_after_its_check_puts_back_no_bytes_a_pack_names(store,
     c lands at K-1; P1's re-send lands at K. Were it the first send's bytes, the pack
     would vouch for them and hide c (the reconciler committed past it and the GC deleted
     its L0 object). A re-send is the same entry as other bytes (its re-send number)."""
-    create_topic(store, "t", 1)
-    for _ in range(2):
-        epoch(store, gate)
-    log = plog(store, "t", 0)
-    ClusterEpoch(store).advance()
-    with Producer(store, epoch_ttl_s=0) as p0:
-        assert p0.write([(("t", 0), [Record(b"a")])])[0].accepted
-    k = log.read_state().applied_offset + 1
+    log, k = a_written_then_next_offset(store, gate)
     seen = {}
 
     def meanwhile():
@@ -204,7 +188,7 @@ def test_a_resend_stalled_after_its_check_puts_back_no_bytes_a_pack_names(store,
         with Producer(store, epoch_ttl_s=0) as p2:
             seen["c"] = p2.write([(("t", 0), [Record(b"c")])])[0]
 
-    with Producer(LostThenRaced(store, log.key(k), meanwhile, between), epoch_ttl_s=0) as p1:
+    with Producer(LoseResponse(store, log.key(k), meanwhile, between), epoch_ttl_s=0) as p1:
         vb = p1.write([(("t", 0), [Record(b"b")])])[0]
     assert seen["c"].accepted, seen["c"].error
     ents = dict(log.entries())
