@@ -44,10 +44,15 @@ def test_the_scale_run_completes_every_phase():
     small, large = out["scale"]
     assert small["m"]["partitions_read"] == 30
     assert large["m"]["partitions_read"] == 60 and large["reconcile"]["advanced"] == 60
-    assert large["gc"]["status"] == "dry_run" and large["gc"]["m"] == large["gc"]["cluster_epoch"] - 1
+    assert large["gc"]["status"] == "ok" and large["gc"]["m"] == large["gc"]["cluster_epoch"] - 1
     assert large["m_after"]["m"] == large["gc"]["m"] and large["m_after"]["partitions_read"] == 60
-    assert all(large[p]["peak_rss_mib"] > 0 for p in ("create", "m", "reconcile", "m_after", "gc"))
-    assert set(out["per_partition_growth"]["30->60"]) == {"create", "m", "reconcile", "m_after", "gc"}
+    # the steady state: the reconcile and the GC from the pack, no log read by the GC
+    assert large["reconcile_pack"]["advanced"] == 60 and large["reconcile_pack"]["ok"]
+    assert large["gc_pack"]["status"] == "ok" and large["gc_pack"]["partitions_read"] == 0
+    assert large["gc_pack"]["m"] == large["gc_pack"]["cluster_epoch"] - 1 > large["gc"]["m"]
+    phases = {"create", "m", "reconcile", "m_after", "gc", "reconcile_pack", "gc_pack"}
+    assert all(large[p]["peak_rss_mib"] > 0 for p in phases)
+    assert set(out["per_partition_growth"]["30->60"]) == phases
 
 
 @pytest.mark.slow

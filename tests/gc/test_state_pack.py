@@ -128,10 +128,10 @@ def test_a_placeholder_written_after_the_pack_is_never_passed_by_m(store, gate):
         got = prod.write([(("t", 0), [Record(b"late")])])[0]
     assert got.accepted
     placeholder_epoch = layout.parse_l0_key(got.l0_key)[1]
-    for i in range(3):  # C moves, no reconcile: no summary hints the placeholder, the key after the pack does
+    for _ in range(3):  # C moves, no reconcile: nothing hints the placeholder, and the GC does not look for it
         ClusterEpoch(store).advance()
         rec = run_gc(store, gate=gate)
-        assert rec.status == "ok" and rec.partitions_read == (1 if i == 0 else 0)
+        assert rec.status == "ok" and rec.partitions_read == 0
         assert rec.m < placeholder_epoch
         assert store.head(got.l0_key) is not None
     # the next reconcile reports the partition reconciled: it is read from its log
@@ -176,10 +176,11 @@ def test_a_forged_or_wrong_hint_costs_a_read_and_nothing_else(store, gate):
 
 
 def test_a_compaction_the_pack_does_not_know_is_never_taken_for_an_orphan(store, gate):
-    """The compactor's commit is no reconcile's: nothing hints it, and the pack's state
-    does not name its file. The L1 sweep collects orphans only from states read from the
-    logs, so the compacted file stays until a run reads the log, which then retires the
-    files it replaced."""
+    """The compactor's commit is no reconcile's: nothing hints it until the next
+    reconcile reports the partition (here none runs), and the pack's state does not name
+    its file. The L1 sweep collects orphans only from states read from the logs, so the
+    compacted file stays until a run reads the log -- the next full read at the latest
+    -- which then retires the files it replaced."""
     sent = many_small_files(store)
     now = GcSettings(l1_grace_s=0, l1_reader_grace_s=0, full_read_every=4)
     first = run_gc(store, gate=gate, config=now)
@@ -192,9 +193,24 @@ def test_a_compaction_the_pack_does_not_know_is_never_taken_for_an_orphan(store,
         assert runs[-1].status == "ok" and runs[-1].l1_orphans == 0
         assert all(store.head(k) is not None for k in compacted)
         assert_exactly_once(store, "t", sent)
-    # the compactor's entries sit right after the pack's: the first run reads the log
-    assert len(runs) == 1 and runs[-1].l1_retired_deleted == 12
+    # no reconcile reported the compactor's entries: the full read (every 4th run) reads the logs
+    assert len(runs) <= now.full_read_every and runs[-1].l1_retired_deleted == 12
     assert {o.key for o in store.list(layout.L1_ROOT)} == compacted
+    assert_exactly_once(store, "t", sent)
+
+
+def test_a_compaction_is_read_from_the_log_by_the_gc_after_the_next_reconcile(store, gate):
+    """In the DAGs' order (reconcile, then GC), the reconcile after a compaction reports
+    the partition with entries past the pack that are not ticks: the GC reads its log
+    and retires the replaced files in that run."""
+    sent = many_small_files(store)
+    now = GcSettings(l1_grace_s=0, l1_reader_grace_s=0)
+    assert run_gc(store, gate=gate, config=now).status == "ok"
+    run_compaction(store, config=CompactSettings(max_small_files=2, target_file_bytes=1 << 20))
+    ClusterEpoch(store).advance()
+    assert run_reconcile(store).ok
+    rec = run_gc(store, gate=gate, config=now)
+    assert rec.status == "ok" and rec.partitions_read == 2 and rec.l1_retired_deleted == 12, rec
     assert_exactly_once(store, "t", sent)
 
 
