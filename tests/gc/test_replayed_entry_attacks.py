@@ -106,7 +106,7 @@ def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(stor
         if point == "after_claim" and "a" not in seen:
             seen["a"] = produce(store, b"a")  # lands at j+1 during R1's build
         elif point == "after_commit" and "gc" not in seen:
-            seen["gc"] = gc(store, gate)  # G1 packs the state at k (R1 stalls here)
+            seen["gc"] = gc(store, gate, full=True)  # G1 packs the state at k (R1 stalls here)
             pack = newest_pack(store)
             st, crc = pack.states[("t", 0)]
             seen["pack"] = (st.applied_offset, crc, [p.l0_key for p in st.pending])
@@ -180,7 +180,7 @@ def test_a_second_release_by_the_same_run_does_not_vouch_for_a_stale_pack(store,
     seen = {}
 
     def meanwhile():
-        seen["gc"] = gc(store, gate)  # the GC packs the state at k (A pending, R's release)
+        seen["gc"] = gc(store, gate, full=True)  # the GC packs the state at k (A pending, R's release)
         st, crc = newest_pack(store).states[("t", 0)]
         seen["pack"] = (st.applied_offset, crc, [p.l0_key for p in st.pending])
         seen["old_k"] = store.get(log.key(k))
