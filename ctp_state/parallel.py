@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TypeVar
 
 from ctp_state.settings import ReconcileSettings
@@ -24,3 +24,14 @@ def pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items)))) as pool:
         return list(pool.map(fn, items))
+
+
+def chunked_map(pool: Executor, fn: Callable[[T], U], items: Sequence[T], threads: int) -> Iterator[U]:
+    """``pool.map(fn, items)``, in order, with several items a task: a thread pool
+    ignores ``map``'s ``chunksize``, and a future per item costs more than a local
+    read (20k futures: about a second). Chunks of up to 64 items, at least four per
+    thread so the threads stay busy."""
+    size = max(1, min(64, len(items) // (4 * max(1, threads))))
+    chunks = [items[i : i + size] for i in range(0, len(items), size)]
+    for out in pool.map(lambda chunk: [fn(x) for x in chunk], chunks):
+        yield from out

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ctp_state import incarnations, layout, state as sm
 from ctp_state.errors import CtpError, TopicNotFound
 from ctp_state.incarnations import NameState
+from ctp_state.parallel import chunked_map
 from ctp_state.partition_log import DEFAULT_SNAPSHOT_EVERY, PartitionLog
 from ctp_state.records import HolderFacts, PartitionFacts, ReconcileSummary
 from ctp_state.sequence import DenseSequence
@@ -99,7 +100,7 @@ def try_read_partition_states(
         got = [one(job) for job in partitions]
     else:
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            got = list(pool.map(one, partitions, chunksize=16))
+            got = list(chunked_map(pool, one, partitions, threads))
     problems = [(_name(t), p, r) for (t, p), r in zip(partitions, got) if isinstance(r, str)]
     return [None if isinstance(r, str) else r for r in got], problems
 

@@ -14,6 +14,7 @@ from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, StateUnreada
 from ctp_state.gc.history import read_pack
 from ctp_state.gc.table_hook import TableHeads
 from ctp_state.incarnations import NameState, all_names
+from ctp_state.parallel import chunked_map
 from ctp_state.partition_log import PartitionLog
 from ctp_state.partition_state import L1Ref, committed_files
 from ctp_state.records import GcPartitionView, GcRecord, ReconcileSummary
@@ -180,7 +181,7 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     crcs: list[int | None] = [None] * len(wanted)
     if pack is not None:
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            for i, r in enumerate(pool.map(lambda job: _from_pack(store, pack, *job), wanted, chunksize=64)):
+            for i, r in enumerate(chunked_map(pool, lambda job: _from_pack(store, pack, *job), wanted, threads)):
                 if r is not None:
                     got[i], how[i], crcs[i] = r[0], (r[1], r[2]), r[3]
     todo = [i for i, s in enumerate(got) if s is None]
