@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ctp_state import codec, entries as en, state as sm, window
@@ -14,7 +13,7 @@ from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, StateUnreada
 from ctp_state.gc.history import read_pack
 from ctp_state.gc.table_hook import TableHeads
 from ctp_state.incarnations import NameState, all_names
-from ctp_state.parallel import chunked_map
+from ctp_state.parallel import pmap, read_threads
 from ctp_state.partition_log import PartitionLog
 from ctp_state.partition_state import L1Ref, committed_files
 from ctp_state.records import GcPartitionView, GcRecord, ReconcileSummary
@@ -118,11 +117,19 @@ class PartitionView:
         )
 
 
-def newest_summary(store: ObjectStore) -> ReconcileSummary | None:
+def newest_summary(store: ObjectStore, read: dict[int, ReconcileSummary] | None = None) -> ReconcileSummary | None:
     """The newest reconcile run summary by the store's sequence, for R7 annotations
-    only; a summary that does not read is skipped (it cannot change M)."""
+    only; a summary that does not read is skipped (it cannot change M). ``read``: the
+    summaries this run has read already, by seq (one of 100k partitions is about 2 s
+    of JSON)."""
+    summaries = reconcile_summaries(store)
     try:
-        return reconcile_summaries(store).newest()
+        seq = summaries.last()
+        if seq < 0:
+            return None
+        return read[seq] if read is not None and seq in read else summaries.get(seq)
+    except ObjectNotFound:
+        return None
     except CtpError as e:
         log.warning("ignoring the newest reconcile summary: %s", e)
         return None
@@ -180,10 +187,9 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     how: list[tuple[str, int]] = [("log", -1)] * len(wanted)
     crcs: list[int | None] = [None] * len(wanted)
     if pack is not None:
-        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            for i, r in enumerate(chunked_map(pool, lambda job: _from_pack(store, pack, *job), wanted, threads)):
-                if r is not None:
-                    got[i], how[i], crcs[i] = r[0], (r[1], r[2]), r[3]
+        for i, r in enumerate(pmap(lambda job: _from_pack(store, pack, *job), wanted, read_threads(store, threads))):
+            if r is not None:
+                got[i], how[i], crcs[i] = r[0], (r[1], r[2]), r[3]
     todo = [i for i, s in enumerate(got) if s is None]
     # Listing reads, never probing ones (``PartitionLog``): what the GC deletes follows
     # from the states, and a log read short of a lost entry would hide what it committed.
@@ -233,11 +239,13 @@ def pack_base(
     summary_seq: int,
     seq: int,
     config: GcSettings,
+    read: dict[int, ReconcileSummary] | None = None,
 ) -> tuple[PackBase | None, int | None]:
     """The state pack of the newest passing run (if it wrote one), and the hints of the
     reconcile summaries since it read its states (``(None, None)``: read every partition
     from its log: no pack, one that does not read, a full read due, or too many
-    summaries). Also the seq of the run that last read every partition.
+    summaries). Also the seq of the run that last read every partition. The summaries
+    it reads are put in ``read``, by seq.
 
     A partition whose last L1 sweep left files behind (its watermark before its last
     reconciled offset or its log end: an orphan still young, a retired file within the
@@ -261,6 +269,8 @@ def pack_base(
             summary = summaries.get(n)
         except (CorruptData, ObjectNotFound):
             continue  # fewer hints: those partitions keep the pack's (older) state
+        if read is not None:
+            read[n] = summary
         for r in summary.partitions:
             if r.state is not None:
                 tp = (r.topic, r.partition)

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
 import pyarrow as pa
@@ -60,6 +59,7 @@ import pyarrow.compute as pc
 from ctp_state import layout
 from ctp_state.errors import CorruptData, ObjectNotFound
 from ctp_state.l1 import file_weight, newest_record_ms, parse_l1
+from ctp_state.parallel import pmap, read_threads
 from ctp_state.partition_state import L1Ref
 from ctp_state.storage import ObjectInfo, ObjectStore
 
@@ -354,8 +354,7 @@ def sweep(
             store, i, now_s=now_s, grace_s=grace_s, reader_grace_s=reader_grace_s, store_now_s=store_now_s
         )
 
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(inputs)))) as pool:
-        return list(pool.map(one, inputs))
+    return pmap(one, inputs, read_threads(store, threads))
 
 
 def check_table(results: Sequence[SweepResult]) -> pa.Table:

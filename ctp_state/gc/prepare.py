@@ -49,7 +49,7 @@ from ctp_state.gc.tables import (
     table_partitions_table,
 )
 from ctp_state.incarnations import NameState
-from ctp_state.records import GcAlert, GcRecord, HeldBy
+from ctp_state.records import GcAlert, GcRecord, HeldBy, ReconcileSummary
 from ctp_state.settings import GcSettings
 from ctp_state.state import PartitionState
 from ctp_state.status import reconcile_summaries
@@ -138,10 +138,13 @@ def prepare(
     on_progress("read", 0, 1)
     heads = tables.heads() if tables is not None else TableHeads()
     summary_seq = reconcile_summaries(store).last()  # before the states: its entries are in them
-    base, pack_full_seq = (None, None) if full else pack_base(store, passed, pt, heads, summary_seq, last + 1, config)
+    read: dict[int, ReconcileSummary] = {}
+    base, pack_full_seq = (
+        (None, None) if full else pack_base(store, passed, pt, heads, summary_seq, last + 1, config, read)
+    )
     gathered = gather_all(store, threads=config.read_threads, pack=base)
     c, views = gathered.c, gathered.views
-    summary = newest_summary(store)
+    summary = newest_summary(store, read)
     summary_used = summary.run_id if summary else None
     on_progress("read", 1, 1)
     quarantined = quarantined_of(summary)

@@ -37,6 +37,7 @@ class LocalStore(ObjectStore):
         if not create and not os.path.isdir(self.root):
             raise StoreNotFound(self.url, "no such directory")
         self._fsync = fsync
+        self._prefix = os.path.join(self.root, "")  # the root and a separator
         self._tmp = os.path.join(self.root, _TMP_DIR)
         os.makedirs(self._tmp, exist_ok=True)
 
@@ -52,6 +53,8 @@ class LocalStore(ObjectStore):
         return real[len(root) + 1 :].replace(os.sep, "/")
 
     def _path(self, key: str) -> str:
+        if os.sep == "/":  # a checked key's parts are joined by the separator it has
+            return self._prefix + check_key(key)
         return os.path.join(self.root, *check_key(key).split("/"))
 
     def get(self, key: str) -> bytes:

@@ -71,6 +71,22 @@ def test_an_idle_topics_gc_reads_its_logs_once_then_only_the_ticks(store, gate):
     assert sorted(pack_seq(o.key) for o in store.list(layout.GC_PACKS)) == [last.seq - 2, last.seq - 1, last.seq]
 
 
+def test_a_run_from_the_pack_gets_the_reconcile_summary_once(store, gate, monkeypatch):
+    """The summary since the pack gives the hints and is the newest (R7's annotations):
+    one GET serves both (at 100k partitions a summary is about 2 s of JSON)."""
+    create_topic(store, "t", P)
+    for _ in range(2):
+        epoch(store, gate)
+    ClusterEpoch(store).advance()
+    assert run_reconcile(store).ok
+    prefix, got, get = reconcile_summaries(store).prefix, [], store.get
+    monkeypatch.setattr(store, "get", lambda key: (got.append(key), get(key))[1])
+    rec = run_gc(store, gate=gate, config=GcSettings())
+    assert rec.status == "ok" and rec.partitions_read == 0
+    newest = reconcile_summaries(store).key(reconcile_summaries(store).last())
+    assert [k for k in got if k.startswith(prefix) and not k.endswith("hint")] == [newest]
+
+
 def test_every_nth_run_reads_every_log(store, gate):
     create_topic(store, "t", P)
     recs = [epoch(store, gate, GcSettings(full_read_every=3)) for _ in range(7)]
