@@ -9,7 +9,7 @@ records stay in order). When every record is in, a completion marker
 (``runs/produce/<producer id>.json``, sealed, create-if-absent) records the run, so
 running the same input again writes nothing twice.
 
-A partition that has forgotten the producer (:data:`ctp_state.state.MAX_PRODUCERS`)
+A partition that has forgotten the producer (:data:`ctp_state.producer_memory.MAX_PRODUCERS`)
 cannot say how many of its records it holds. So a run also keeps a progress record
 (``runs/produce-progress/<producer id>.json``, rewritten after every flush): per
 partition, a :class:`~ctp_state.produce_trace.Trace` of its fold. A re-run the partition

@@ -1,7 +1,7 @@
 """Where a re-run of an input resumes once a partition has forgotten its producer.
 
 A partition answers "how many of producer P's records do you hold?" from its memory of
-P (``ctp_state.state``: a day of epochs, then only while it has room). When it has
+P (``ctp_state.producer_memory``: a day of epochs, then only while it has room). When it has
 forgotten P, the answer is in its log all the same, but the fold's verdict on each of
 P's entries depended on state a reader no longer has. So every ``ctp produce`` run
 records, per partition, a :class:`Trace`: a few numbers that are true of the fold at one
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from ctp_state import layout, state as sm
+from ctp_state import layout, producer_memory, state as sm
 from ctp_state.entries import Advance, Entry, Init, Placeholder, Seal, Tick
 from ctp_state.errors import CorruptData
 
@@ -149,7 +149,8 @@ def _forgetting(t: Trace) -> Trace:
     """P may have been forgotten by now: it was quiet past the retention, or more
     producers may have written than the hard bound keeps."""
     if t.known == "yes" and (
-        t.last_epoch < t.max_ub - sm.PRODUCER_RETENTION_EPOCHS or t.producers_ub > sm.MAX_PRODUCERS_HARD
+        t.last_epoch < t.max_ub - producer_memory.PRODUCER_RETENTION_EPOCHS
+        or t.producers_ub > producer_memory.MAX_PRODUCERS_HARD
     ):
         return replace(t, known="maybe")
     return t

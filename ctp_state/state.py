@@ -15,9 +15,11 @@ from offset 0 to the last reconciled one) and, per idempotent producer, the sequ
 numbers it has had applied (R8), so a re-sent batch is recognised and dropped.
 
 The fold is this module's ``apply`` and the rules of the data entries (placeholders
-with R2, R8 and R9, reconciles with R3, advances, compactions and trims with R11); the
+with R2 and R9, reconciles with R3, advances, compactions and trims with R11); the
 claim rules every writer entry is checked against (R5, R6: who writes under which
-writer epoch, and the tick) are :mod:`ctp_state.claims`. What is not the fold lives
+writer epoch, and the tick) are :mod:`ctp_state.claims`, and what a partition
+remembers of its producers (R8: re-sends known by their sequence numbers) is
+:mod:`ctp_state.producer_memory`. What is not the fold lives
 apart: the state's types and the views readers take of them in
 :mod:`ctp_state.partition_state`, the fence window in :mod:`ctp_state.window`, the
 snapshot codec in :mod:`ctp_state.snapshot`.
@@ -28,7 +30,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from ctp_state import claims, layout
+from ctp_state import claims, layout, producer_memory
 
 # The claim rules' views, which readers name from here too.
 from ctp_state.claims import (
@@ -58,9 +60,7 @@ from ctp_state.errors import (
     OutOfOrderSequence,
     PartitionSealed,
     Rejected,
-    SequenceConflict,
     StaleClusterEpoch,
-    UnverifiableDuplicate,
 )
 
 # The types the fold folds, which readers name from here too (explicitly re-exported).
@@ -72,19 +72,6 @@ from ctp_state.partition_state import (
     ProducerSeq as ProducerSeq,
     evolve as evolve,
 )
-
-#: R8: a partition remembers every producer that wrote within the last
-#: PRODUCER_RETENTION_EPOCHS cluster epochs (a day at the default 5-minute epochs), and
-#: older ones while it remembers fewer than MAX_PRODUCERS (least recently written
-#: forgotten first); never more than MAX_PRODUCERS_HARD. A re-send is recognised only
-#: from a producer the partition still remembers; a forgotten producer's next batch is
-#: taken as new (Kafka's producer reset).
-MAX_PRODUCERS = 1024
-PRODUCER_RETENTION_EPOCHS = 288
-MAX_PRODUCERS_HARD = 16384
-#: R8: how many of a producer's newest batches are kept to answer a re-send with the
-#: batch's offset and to check it holds the same records (Kafka keeps five as well).
-PRODUCER_BATCHES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,9 +187,9 @@ def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[
             s.partition,
             f"placeholder for epoch {e.epoch} points at {e.l0_key!r}, which is not an L0 key of that epoch",
         )
-    known = _producer(s, e.producer_id)
+    known = producer_memory.known(s, e.producer_id)
     if known is not None:
-        dup = _duplicate_of(s, known, e)
+        dup = producer_memory.duplicate_of(s, known, e)
         if dup is not None:
             return evolve(s, applied_offset=offset), dup[0], True
     # A producer the partition does not know (new, or forgotten after MAX_PRODUCERS
@@ -222,7 +209,7 @@ def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[
         previous, latest, window_offset = latest, e.epoch, offset
     base = s.next_offset
     pending = Pending(offset, e.epoch, e.l0_key, e.byte_offset, e.byte_length, e.record_count, e.crc32c, base)
-    producers = s.producers if e.producer_id is None else _remember(s.producers, latest, known, e, base)  # type: ignore[arg-type]
+    table = s.producers if e.producer_id is None else producer_memory.remember(s.producers, latest, known, e, base)  # type: ignore[arg-type]
     # Keep the volatile window at or ahead of the applied epochs (entries written by
     # other processes move the applied window; the fence window follows).
     seen, oldest = s.max_seen_epoch, s.oldest_accepted_epoch
@@ -236,59 +223,11 @@ def _apply_placeholder(s: PartitionState, offset: int, e: Placeholder) -> tuple[
         epoch_window_offset=window_offset,
         next_offset=base + e.record_count,
         pending=s.pending + (pending,),
-        producers=producers,
+        producers=table,
         max_seen_epoch=seen,
         oldest_accepted_epoch=oldest,
     )
     return new, base, False
-
-
-def _producer(s: PartitionState, producer_id: str | None) -> ProducerSeq | None:
-    if producer_id is None:
-        return None
-    return next((p for p in s.producers if p.producer_id == producer_id), None)
-
-
-def _duplicate_of(s: PartitionState, known: ProducerSeq, e: Placeholder) -> tuple[int | None] | None:
-    """R8: ``(base offset,)`` if ``e`` re-sends a batch already applied, None if it is
-    new. Raises if it cannot be told apart from new records: part of it is applied
-    (:class:`OutOfOrderSequence`, whose ``expected`` says how much), or its numbers were
-    applied but the batch is not one the partition can compare (other records under the
-    same numbers: :class:`SequenceConflict`; too old or cut differently:
-    :class:`UnverifiableDuplicate`)."""
-    assert e.sequence is not None  # only placeholders with a producer id reach here
-    first, last = e.sequence, e.sequence + e.record_count - 1
-    if first > known.last_seq:
-        return None
-    if last > known.last_seq:
-        raise OutOfOrderSequence(s.topic, s.partition, known.producer_id, first, known.last_seq + 1)
-    for b in known.batches:
-        if (b.first_seq, b.record_count) == (first, e.record_count):
-            if b.fingerprint != e.fingerprint:
-                raise SequenceConflict(s.topic, s.partition, known.producer_id, first, b.base_offset)
-            return (b.base_offset,)
-    raise UnverifiableDuplicate(s.topic, s.partition, known.producer_id, first, last)
-
-
-def _remember(
-    producers: tuple[ProducerSeq, ...], max_applied_epoch: int, known: ProducerSeq | None, e: Placeholder, base: int
-) -> tuple[ProducerSeq, ...]:
-    """The producer table after ``e`` (at record offset ``base``) is applied, with
-    ``max_applied_epoch`` the partition's applied epoch after it."""
-    batch = ProducerBatch(e.sequence, e.record_count, base, e.fingerprint)  # type: ignore[arg-type]
-    batches = ((known.batches if known else ()) + (batch,))[-PRODUCER_BATCHES:]
-    entry = ProducerSeq(e.producer_id, batch.last_seq, e.epoch, batches)  # type: ignore[arg-type]
-    table = tuple(p for p in producers if p.producer_id != e.producer_id) + (entry,)
-    if len(table) > MAX_PRODUCERS:
-        # Forget the least recently written first, but only producers quiet for longer
-        # than the retention (so a re-run or re-send within it is always recognised)...
-        horizon = max_applied_epoch - PRODUCER_RETENTION_EPOCHS
-        excess = len(table) - MAX_PRODUCERS
-        old = {p.producer_id for p in table[:-1] if p.last_epoch < horizon}
-        drop = set([p.producer_id for p in table if p.producer_id in old][:excess])
-        table = tuple(p for p in table if p.producer_id not in drop)
-        table = table[-MAX_PRODUCERS_HARD:]  # ...and a hard bound on memory
-    return table
 
 
 def allowed_lower_bound(s: PartitionState, through_log_offset: int) -> int:

@@ -12,7 +12,7 @@ spark-submit drivers and their Python workers alike.
 * **Pauses.** ``CTP_PAUSE=point[:n]=seconds[,...]`` makes the process wait that long at
   the point (the simulation overlaps a delete and re-create, or a GC sweep, with it).
 * **Small producer memory.** ``CTP_TEST_PRODUCER_MEMORY=max,epochs`` sets
-  ``ctp_state.state.MAX_PRODUCERS`` and ``PRODUCER_RETENTION_EPOCHS`` (tests of what
+  ``ctp_state.producer_memory.MAX_PRODUCERS`` and ``PRODUCER_RETENTION_EPOCHS`` (tests of what
   happens after a partition forgot a producer).
 * **An abort at exit.** ``CTP_TEST_ABORT_AT_EXIT=1`` registers a native exit handler that
   aborts the process, as pyarrow's thread pools sometimes do at teardown.
@@ -92,7 +92,7 @@ _MEMORY = os.environ.get("CTP_TEST_PRODUCER_MEMORY")
 if _MEMORY:
     # A partition's memory of producers made small (``MAX_PRODUCERS,RETENTION_EPOCHS``),
     # the same in every process of a test, so that forgetting takes a few appends.
-    from ctp_state import state as _sm_memory
+    from ctp_state import producer_memory as _sm_memory
 
     _sm_memory.MAX_PRODUCERS, _sm_memory.PRODUCER_RETENTION_EPOCHS = (int(x) for x in _MEMORY.split(","))
 

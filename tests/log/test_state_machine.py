@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctp_state import layout, snapshot, state as sm, window
+from ctp_state import layout, producer_memory, snapshot, state as sm, window
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release
 from ctp_state.errors import (
     ClaimHeld,
@@ -367,14 +367,14 @@ def test_producers_are_remembered_for_the_retention_and_forgotten_oldest_first_a
         return Placeholder(epoch, f"l0/000/{epoch:018d}/{pid}.l0", 8, 10, 1, 0, None, pid, 0, 7)
 
     log = Log(init_epoch=1)
-    n = sm.MAX_PRODUCERS + 50
+    n = producer_memory.MAX_PRODUCERS + 50
     for i in range(n):  # all within the retention: none is forgotten, past the soft limit
         assert log.add(batch(1, f"p{i}")).accepted
     assert len(log.state.producers) == n
-    later = 1 + sm.PRODUCER_RETENTION_EPOCHS + 1
+    later = 1 + producer_memory.PRODUCER_RETENTION_EPOCHS + 1
     assert log.add(batch(later, "new")).accepted  # the old ones are now past the retention
     ids = [p.producer_id for p in log.state.producers]
-    assert len(ids) == sm.MAX_PRODUCERS and ids[-1] == "new" and "p0" not in ids and f"p{n - 1}" in ids
+    assert len(ids) == producer_memory.MAX_PRODUCERS and ids[-1] == "new" and "p0" not in ids and f"p{n - 1}" in ids
     # A forgotten producer starts wherever it is (Kafka's reset): its batch is new.
     assert log.add(Placeholder(later, f"l0/000/{later:018d}/p0b.l0", 8, 10, 1, 0, None, "p0", 1, 9)).accepted
     # A remembered one re-sending is a duplicate.

@@ -1,5 +1,5 @@
 """Found by adversarial review, now guarded: R8 duplicate detection forgets a producer after MAX_PRODUCERS others wrote to
-the partition (ctp_state/state.py ``_remember``), and then:
+the partition (ctp_state/producer_memory.py ``remember``), and then:
 
 * a re-send of its batches is accepted a second time (I2/I4: an "unknown" record
   stored twice; ``ctp produce`` run again "never duplicates" -> it duplicates all);

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from ctp_state import state as sm
+from ctp_state import producer_memory, state as sm
 from ctp_state.entries import Advance, Init, Placeholder, Reconcile, Seal
 from ctp_state.errors import CorruptData
 from ctp_state.produce_trace import InDoubt, Trace, follow, of_state
@@ -17,8 +17,8 @@ from tests.support.produce import P, assert_true_of
 
 @pytest.fixture(autouse=True)
 def small_memory(monkeypatch):
-    monkeypatch.setattr(sm, "MAX_PRODUCERS", 3)
-    monkeypatch.setattr(sm, "PRODUCER_RETENTION_EPOCHS", 2)
+    monkeypatch.setattr(producer_memory, "MAX_PRODUCERS", 3)
+    monkeypatch.setattr(producer_memory, "PRODUCER_RETENTION_EPOCHS", 2)
 
 
 def ph(epoch: int, producer: str | None, seq: int | None, n: int = 2, key_epoch: int | None = None) -> Placeholder:

@@ -2,7 +2,7 @@
 nothing the log already holds (issue: topic identity, scenario 3).
 
 A partition remembers a producer for a day of epochs, and beyond that only while fewer
-than MAX_PRODUCERS others wrote to it (``ctp_state.state``). Before, a re-run of an
+than MAX_PRODUCERS others wrote to it (``ctp_state.producer_memory``). Before, a re-run of an
 incomplete input into a partition that had forgotten its producer id was told "0 records
 held" and sent every record again: all the acknowledged ones became duplicates, not only
 the one batch whose outcome the first run could not learn. Now every run leaves a
@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from ctp_state import layout, state as sm
+from ctp_state import layout, producer_memory
 from ctp_state.entries import Placeholder
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.ingest import input_digest, input_producer_id
@@ -35,8 +35,8 @@ MEMORY = (4, 2)  # MAX_PRODUCERS, PRODUCER_RETENTION_EPOCHS in every process of 
 
 @pytest.fixture(autouse=True)
 def small_memory(monkeypatch):
-    monkeypatch.setattr(sm, "MAX_PRODUCERS", MEMORY[0])
-    monkeypatch.setattr(sm, "PRODUCER_RETENTION_EPOCHS", MEMORY[1])
+    monkeypatch.setattr(producer_memory, "MAX_PRODUCERS", MEMORY[0])
+    monkeypatch.setattr(producer_memory, "PRODUCER_RETENTION_EPOCHS", MEMORY[1])
 
 
 def the_input(n: int = 12) -> tuple[bytes, list[tuple[str, int, Record]]]:

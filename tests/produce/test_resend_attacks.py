@@ -4,7 +4,7 @@ The producer API hands back a verdict per chunk; re-sending is up to the caller,
 ``Producer.send``/``flush`` merges everything buffered for a partition into one chunk.
 A caller that re-sends the records of an unknown batch together with new records (or
 only some of them) gets ``rejected`` (out_of_order_sequence / sequence_conflict,
-ctp_state/state.py ``_duplicate_of``) -- while the records of the unknown batch are in
+ctp_state/producer_memory.py ``duplicate_of``) -- while the records of the unknown batch are in
 the log. I4: "a rejected record never appears". The verdict is wrong for them, and the
 producer stays stuck: every later flush with those records is rejected the same way.
 """

@@ -21,7 +21,7 @@ from collections import Counter
 
 import pytest
 
-from ctp_state import codec, layout, state as sm
+from ctp_state import codec, layout, producer_memory, state as sm
 from ctp_state.deletion import delete_topic
 from ctp_state.entries import AccessMode, Advance, Claim, Init, Placeholder, Reconcile, Release, Seal, encode
 from ctp_state.epoch import ClusterEpoch
@@ -39,8 +39,8 @@ MEMORY = (4, 2)  # MAX_PRODUCERS, PRODUCER_RETENTION_EPOCHS
 
 @pytest.fixture(autouse=True)
 def small_memory(monkeypatch):
-    monkeypatch.setattr(sm, "MAX_PRODUCERS", MEMORY[0])
-    monkeypatch.setattr(sm, "PRODUCER_RETENTION_EPOCHS", MEMORY[1])
+    monkeypatch.setattr(producer_memory, "MAX_PRODUCERS", MEMORY[0])
+    monkeypatch.setattr(producer_memory, "PRODUCER_RETENTION_EPOCHS", MEMORY[1])
 
 
 # --- helpers ------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ctp_state import state as sm
+from ctp_state import producer_memory, state as sm
 from ctp_state.errors import StoreError
 from ctp_state.ingest import input_digest, input_producer_id, produce_input
 from ctp_state.l0 import Record
@@ -67,7 +67,7 @@ class NeverLands(LoseAfter):
             self.ok -= 1
 
 
-def crowd_out(store, n: int = sm.MAX_PRODUCERS) -> None:
+def crowd_out(store, n: int = producer_memory.MAX_PRODUCERS) -> None:
     """``n`` short-lived producers (fresh ids, like `ctp produce --generate`) each
     write one record to t/0."""
     for i in range(n):
