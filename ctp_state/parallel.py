@@ -29,8 +29,9 @@ def read_threads(store: ObjectStore, threads: int) -> int:
 
 def pmap(fn: Callable[[T], U], items: Sequence[T], threads: int) -> list[U]:
     """``[fn(x) for x in items]`` on up to ``threads`` threads, in order, several items
-    a task (:func:`chunked_map`). Every item runs even when one raises (the pool waits
-    for all of them); the first error in order is raised."""
+    a task (:func:`chunked_map`). The first error in order is raised; as with
+    ``pool.map``, items not started by then do not run (no caller counts on them: a
+    run that raises is a run that stopped, as if killed)."""
     if not items:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items)))) as pool:
