@@ -50,6 +50,8 @@ def test_the_scale_run_completes_every_phase():
     assert large["reconcile_pack"]["advanced"] == 60 and large["reconcile_pack"]["ok"]
     assert large["gc_pack"]["status"] == "ok" and large["gc_pack"]["partitions_read"] == 0
     assert large["gc_pack"]["m"] == large["gc_pack"]["cluster_epoch"] - 1 > large["gc"]["m"]
+    for p in ("gc", "gc_pack"):  # M's inputs, read within the run's time
+        assert 0 < large[p]["m_inputs_seconds"] < large[p]["seconds"], large[p]
     phases = {"create", "m", "reconcile", "m_after", "gc", "reconcile_pack", "gc_pack"}
     assert all(large[p]["peak_rss_mib"] > 0 for p in phases)
     assert set(out["per_partition_growth"]["30->60"]) == phases
