@@ -276,3 +276,48 @@ def location(store: ObjectStore, t: Topic) -> str:
 def uri_of(store: ObjectStore, key: str) -> str:
     """The URI pyiceberg and the engines reading the table know a store key by."""
     return store.url.rstrip("/") + "/" + key
+
+
+def registered_location(catalog: Any, ident: tuple[str, str]) -> str | None:
+    """The metadata location a SQL catalog's row names (None for other catalogs)."""
+    from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    if not isinstance(catalog, SqlCatalog):
+        return None
+    with Session(catalog.engine) as session:
+        row = session.execute(
+            select(IcebergTables.metadata_location).where(
+                IcebergTables.catalog_name == catalog.name,
+                IcebergTables.table_namespace == ident[0],
+                IcebergTables.table_name == ident[1],
+            )
+        ).first()
+    return row[0] if row else None
+
+
+def drop_if_at(catalog: Any, ident: tuple[str, str], metadata_location: str) -> bool:
+    """Drop the table at ``ident`` only if its catalog entry still names
+    ``metadata_location``; whether it did. A SQL catalog does it in one conditional
+    DELETE; other catalogs are re-read just before an unconditional drop."""
+    from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+    from sqlalchemy import delete
+    from sqlalchemy.orm import Session
+
+    if isinstance(catalog, SqlCatalog):
+        with Session(catalog.engine) as session:
+            res = session.execute(
+                delete(IcebergTables).where(
+                    IcebergTables.catalog_name == catalog.name,
+                    IcebergTables.table_namespace == ident[0],
+                    IcebergTables.table_name == ident[1],
+                    IcebergTables.metadata_location == metadata_location,
+                )
+            )
+            session.commit()
+            return bool(getattr(res, "rowcount", 0))
+    if catalog.load_table(ident).metadata_location != metadata_location:
+        return False
+    catalog.drop_table(ident)
+    return True

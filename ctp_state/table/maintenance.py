@@ -26,9 +26,9 @@ from ctp_state.errors import CtpError
 from ctp_state.gc.table_hook import TableHeads, TableSweep
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
-from ctp_state.table.catalog import TOPIC_ID, CatalogConfig, default_path, identifier, open_catalog
+from ctp_state.table.catalog import TOPIC_ID, CatalogConfig, default_path, drop_if_at, identifier, open_catalog
 from ctp_state.table.files import published_vector, table_head
-from ctp_state.table.vector import vector_key, vector_prefix
+from ctp_state.table.vector import DROPPED, vector_key, vector_prefix
 from ctp_state.topic_meta import Topic
 from ctp_state.topics import list_topics
 
@@ -148,11 +148,6 @@ def _named_data_files(store: ObjectStore, table: Any) -> set[str]:
     return out
 
 
-#: Written into a table's directory when ctp drops that table to rebuild it: the
-#: directory then names a table no catalog holds (it never blocks the GC's R11 deletes).
-DROPPED = "dropped"
-
-
 class CatalogTables:
     """The GC's hook into the topics' tables (:class:`ctp_state.gc.table_hook.TableHook`)
     through one catalog. A table it cannot read or maintain is reported, never a reason
@@ -227,8 +222,6 @@ class CatalogTables:
         if self.config.uri is None and not os.path.exists(default_path(self.store, self.home)):
             return None
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
-        from ctp_state.table.publish import drop_if_at
 
         ident = identifier(self.config, t.name)
         try:

@@ -48,12 +48,15 @@ from ctp_state.table.catalog import (
     REST_PROPERTIES,
     TOPIC_ID,
     CatalogConfig,
+    drop_if_at,
     identifier,
     location,
+    registered_location,
     uri_of,
 )
 from ctp_state.table.files import data_files
 from ctp_state.table.vector import (
+    DROPPED,
     PUBLISHED,
     VectorMissing,
     key_of,
@@ -198,51 +201,6 @@ def _deleted_incarnations(store: ObjectStore, name: str) -> set[str]:
 
     st = read_name(store, name)
     return {d.incarnation for d, _ in st.deleting} | {r.incarnation for r in st.removed}
-
-
-def registered_location(catalog: Any, ident: tuple[str, str]) -> str | None:
-    """The metadata location a SQL catalog's row names (None for other catalogs)."""
-    from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
-
-    if not isinstance(catalog, SqlCatalog):
-        return None
-    with Session(catalog.engine) as session:
-        row = session.execute(
-            select(IcebergTables.metadata_location).where(
-                IcebergTables.catalog_name == catalog.name,
-                IcebergTables.table_namespace == ident[0],
-                IcebergTables.table_name == ident[1],
-            )
-        ).first()
-    return row[0] if row else None
-
-
-def drop_if_at(catalog: Any, ident: tuple[str, str], metadata_location: str) -> bool:
-    """Drop the table at ``ident`` only if its catalog entry still names
-    ``metadata_location``; whether it did. A SQL catalog does it in one conditional
-    DELETE; other catalogs are re-read just before an unconditional drop."""
-    from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
-    from sqlalchemy import delete
-    from sqlalchemy.orm import Session
-
-    if isinstance(catalog, SqlCatalog):
-        with Session(catalog.engine) as session:
-            res = session.execute(
-                delete(IcebergTables).where(
-                    IcebergTables.catalog_name == catalog.name,
-                    IcebergTables.table_namespace == ident[0],
-                    IcebergTables.table_name == ident[1],
-                    IcebergTables.metadata_location == metadata_location,
-                )
-            )
-            session.commit()
-            return bool(getattr(res, "rowcount", 0))
-    if catalog.load_table(ident).metadata_location != metadata_location:
-        return False
-    catalog.drop_table(ident)
-    return True
 
 
 def pending_files(states: list[sm.PartitionState], vector: dict[int, int]) -> list[tuple[int, L1Ref]]:
@@ -455,8 +413,6 @@ def _drop_own(catalog: Any, store: ObjectStore, t: Topic, config: CatalogConfig,
         return
     log.warning("rebuilding table %s from the state log: %s", ".".join(ident), why)
     if drop_if_at(catalog, ident, table.metadata_location):
-        from ctp_state.table.maintenance import DROPPED
-
         # Its directory names a table no catalog holds now (the GC's R11 check reads this).
         store.put(vector_prefix(store, table, t)[: -len("published/")] + DROPPED, b"")
 

@@ -22,6 +22,10 @@ from ctp_state.storage import ObjectStore
 from ctp_state.topic_meta import Topic
 
 PUBLISHED = "ctp.published"  # snapshot summary property: the key of the published vector
+#: Written into a table's directory (beside ``published/``) when ctp drops that table to
+#: rebuild it: the directory then names a table no catalog holds (it never blocks the
+#: GC's R11 deletes).
+DROPPED = "dropped"
 VECTOR_VERSION = 1
 #: Version 2 adds, per partition, the log offset of the newest compact or trim entry the
 #: table reflects (``changed``): a publish that finds the partition's files changed since

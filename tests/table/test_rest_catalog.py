@@ -18,8 +18,7 @@ import sys
 import pytest
 
 from ctp_state.errors import ConfigError
-from ctp_state.table.catalog import CatalogConfig, open_catalog
-from ctp_state.table.publish import drop_if_at
+from ctp_state.table.catalog import CatalogConfig, drop_if_at, open_catalog
 from tests.support import REPO, with_this_checkout
 from tests.support.table import committed, do_publish, load, sortable, table_of
 
