@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 
 from ctp_state import incarnations, layout, state as sm
 from ctp_state.errors import CtpError, TopicNotFound
 from ctp_state.incarnations import NameState
-from ctp_state.parallel import chunked_map
+from ctp_state.parallel import pmap, read_threads
 from ctp_state.partition_log import DEFAULT_SNAPSHOT_EVERY, PartitionLog
 from ctp_state.records import HolderFacts, PartitionFacts, ReconcileSummary
 from ctp_state.sequence import DenseSequence
@@ -43,13 +42,7 @@ def _name(t: Topic | str) -> str:
 
 def read_partition_states(store: ObjectStore, partitions: list[Job], *, threads: int = 32) -> list[sm.PartitionState]:
     """The current state of each (topic, partition), in the order given."""
-    if not partitions:
-        return []
-    threads = min(threads, getattr(store, "read_concurrency", threads), len(partitions))
-    if threads <= 1:  # a pool's per-task cost is a third of a state read on a file store
-        return [PartitionLog(store, *job).read_state() for job in partitions]
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        return list(pool.map(lambda job: PartitionLog(store, *job).read_state(), partitions))
+    return pmap(lambda job: PartitionLog(store, *job).read_state(), partitions, read_threads(store, threads))
 
 
 def try_read_partition_states(
@@ -93,14 +86,7 @@ def try_read_partition_states(
         except CtpError as e:
             return str(e)
 
-    if not partitions:
-        return [], []
-    threads = min(threads, getattr(store, "read_concurrency", threads), len(partitions))
-    if threads <= 1:
-        got = [one(job) for job in partitions]
-    else:
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            got = list(chunked_map(pool, one, partitions, threads))
+    got = pmap(one, partitions, read_threads(store, threads))
     problems = [(_name(t), p, r) for (t, p), r in zip(partitions, got) if isinstance(r, str)]
     return [None if isinstance(r, str) else r for r in got], problems
 
