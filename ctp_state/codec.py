@@ -67,9 +67,20 @@ def checked(data: bytes, key: str, what: str = "record") -> bytes:
     """A sealed record's JSON (without its ``crc``), once its checksum is checked; raise
     :class:`CorruptData` naming ``key``. For a reader that decodes it straight into its
     type (see :func:`ctp_state.snapshot.decode_snapshot`)."""
+    raw = checked_if_sealed(data, key, what)
+    if raw is None:
+        raise CorruptData(key, f"{what} has no checksum (it is truncated, or not a sealed record)")
+    return raw
+
+
+def checked_if_sealed(data: bytes, key: str, what: str = "record") -> bytes | None:
+    """:func:`checked` for a record that may be sealed; None: it is not (a reader of
+    unsealed legacy records decides what that means). One look for the trailer, where
+    :func:`is_sealed` and then :func:`checked` take two: every log entry and snapshot
+    read goes through here."""
     m = _trailer(data)
     if m is None:
-        raise CorruptData(key, f"{what} has no checksum (it is truncated, or not a sealed record)")
+        return None
     raw = data[: m.start()] + b"}"
     if crc32c(raw) != int(m.group(1), 16):
         raise CorruptData(key, f"{what} fails its CRC32C check: its bytes changed after they were written")

@@ -214,7 +214,7 @@ class Trim(_Entry, tag="trim", frozen=True):
 
 
 Entry = Init | Placeholder | Reconcile | Advance | Claim | Release | Seal | Compact | Trim | Tick
-_KINDS: dict[str, type[_Entry]] = {
+_KINDS: dict[str, type[Entry]] = {
     c.kind: c for c in (Init, Placeholder, Reconcile, Advance, Claim, Release, Seal, Compact, Trim, Tick)
 }
 _RELEASING = ("reconcile", "advance")
@@ -251,8 +251,9 @@ def decode(data: bytes, key: str) -> Entry:
 
 def decode_chained(data: bytes, key: str) -> tuple[Entry, int | None]:
     """:func:`decode`, and the entry's ``prev`` (None: an entry of version 5 or older)."""
-    if codec.is_sealed(data):
-        body = codec.unseal(data, key, "state-log entry")
+    raw = codec.checked_if_sealed(data, key, "state-log entry")
+    if raw is not None:
+        body = codec.loads(raw, key, "state-log entry")
         if body.get("v") == 1:
             raise CorruptData(key, "version 1 entries are never sealed")
     else:
@@ -294,7 +295,9 @@ def decode_chained(data: bytes, key: str) -> tuple[Entry, int | None]:
 
 def _converted(body: codec.JsonObject, kind: str, key: str) -> Entry:
     try:
-        entry: Entry = msgspec.convert(body, Entry)
+        # To the kind's own type, not the union: msgspec builds a union's decoder on
+        # every call (12 us an entry against 0.7 us), and the kind is checked above.
+        entry: Entry = msgspec.convert(body, _KINDS[kind])
     except msgspec.ValidationError as e:
         raise CorruptData(key, f"malformed {kind} entry: {e}") from None
     except UnicodeError:  # msgspec quoting a lone surrogate in its own message

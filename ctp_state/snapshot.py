@@ -130,12 +130,12 @@ def decode_snapshot(data: bytes, key: str) -> PartitionState:
     """Decode a snapshot into a recovered state (window collapsed). Raises
     :class:`CorruptData` if its checksum fails, a field is malformed, or it is not
     self-consistent (see :func:`inconsistencies`)."""
-    if not codec.is_sealed(data):
+    raw = codec.checked_if_sealed(data, key, "snapshot")
+    if raw is None:
         b = codec.loads(data, key, "snapshot")
         if b.get("v") == 1:
             raise UnsupportedVersion(key, "snapshot", 1, SUPPORTED_SNAPSHOT_VERSIONS)
         raise CorruptData(key, "snapshot has no checksum (it is truncated, or was edited)")
-    raw = codec.checked(data, key, "snapshot")
     try:  # the common case in one pass: a well-formed snapshot of this version
         raw.decode()  # (msgspec skips unknown members unchecked: the whole record must be UTF-8)
         snap = _DECODER.decode(raw)

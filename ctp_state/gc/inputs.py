@@ -323,7 +323,12 @@ def _from_pack(
         last = store.get(log.key(base.applied_offset))
     except ObjectNotFound:
         return None
-    if log.unvouched(sm.evolve(base, last_entry=(base.applied_offset, crc)), last) is not None:
+    named = (
+        base
+        if base.last_entry == (base.applied_offset, crc)
+        else sm.evolve(base, last_entry=(base.applied_offset, crc))
+    )
+    if log.unvouched(named, last) is not None:
         return None
     # Anything appended since nobody reported (a producer's placeholder after the
     # reconcile) is not looked for: its epoch is at or above this state's lower bound

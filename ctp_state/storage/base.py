@@ -40,7 +40,7 @@ def check_key(key: str) -> str:
     if not key or key.startswith("/") or key.endswith("/"):
         raise InvalidKey(key, "must be non-empty and must not start or end with '/'")
     parts = key.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if "" in parts or "." in parts or ".." in parts:
         raise InvalidKey(key, "must not contain empty, '.' or '..' parts")
     if "\x00" in key or "\\" in key:
         raise InvalidKey(key, "must not contain NUL or backslash")
