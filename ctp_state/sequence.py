@@ -154,8 +154,9 @@ class DenseSequence(Generic[R]):
         return layout.sequence_key(self.prefix, seq)
 
     def decode(self, data: bytes, key: str) -> R:
-        if codec.is_sealed(data):
-            body = codec.unseal(data, key, self.what)
+        raw = codec.checked_if_sealed(data, key, self.what)
+        if raw is not None:
+            body = codec.loads(raw, key, self.what)
         else:
             body = codec.loads(data, key, self.what)
             if self.legacy_version is None or body.get("v") != self.legacy_version:
