@@ -90,6 +90,21 @@ def test_entry_codec_roundtrip():
         assert data.endswith(b'"}') and b'"crc":"' in data  # sealed
 
 
+def test_each_entry_kind_decodes_into_its_own_type_whose_tag_is_that_kind():
+    """The decoder converts an entry into the type its ``kind`` names (not the union:
+    msgspec builds a union's decoder on every call), so each type's tag must be its kind,
+    and a body of one kind with another kind's fields is refused."""
+    for kind, cls in en._KINDS.items():
+        assert cls.__struct_config__.tag == kind == cls.kind
+    tick = en.Tick(5, 2, "reconciler:1")
+    assert en.decode(en.encode(tick), "k") == tick
+    claim_fields = codec.seal(
+        {"kind": "tick", "v": 5, "owner": "r", "epoch": 5, "writer_epoch": 2, "lease_until_ms": 9}
+    )
+    with pytest.raises(CorruptData, match="unknown field `lease_until_ms`"):
+        en.decode(claim_fields, "k")
+
+
 def test_version_1_entries_written_before_checksums_still_read():
     assert en.decode(b'{"epoch":3,"kind":"init","v":1}', "k") == Init(3)
 
