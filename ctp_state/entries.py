@@ -241,7 +241,7 @@ def encode(entry: Entry, prev: int | None = None, resend: int = 0) -> bytes:
         body["v"] = RELEASING_ENTRY_VERSION
     else:
         body["v"] = ENTRY_VERSION
-    return codec.seal(body)
+    return codec.seal(body, floats=False)
 
 
 def decode(data: bytes, key: str) -> Entry:

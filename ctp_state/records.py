@@ -81,6 +81,26 @@ def decode(cls: type[R], data: JsonObject, key: str) -> R:
     return out
 
 
+def decode_current(cls: type[R], raw: bytes) -> R | None:
+    """A sealed record's checked JSON straight into ``cls`` when it is of the current
+    version and fits (None: anything else -- an older version to upcast, a field that
+    does not fit -- which :func:`decode` then reads step by step, for the upcast or the
+    error that names what is wrong). One pass instead of a dict and then a record: a
+    reconcile summary of 100,000 partitions (50 MB) in a fraction of the time."""
+    decoder = _DECODERS.get(cls)
+    if decoder is None:
+        decoder = _DECODERS.setdefault(cls, msgspec.json.Decoder(cls))
+    try:
+        raw.decode()  # (msgspec skips unknown members unchecked: the whole record must be UTF-8, as for decode)
+        out: R = decoder.decode(raw)
+    except (msgspec.MsgspecError, UnicodeError, RecursionError):
+        return None
+    return out if out.v == cls.VERSION else None
+
+
+_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
 def convert(cls: type[Any], data: Any, key: str) -> Any:
     """``data`` as a ``cls`` (no versions: Parquet rows, XCom values)."""
     try:

@@ -156,6 +156,9 @@ class DenseSequence(Generic[R]):
     def decode(self, data: bytes, key: str) -> R:
         raw = codec.checked_if_sealed(data, key, self.what)
         if raw is not None:
+            current = records.decode_current(self.kind, raw)
+            if current is not None:
+                return current
             body = codec.loads(raw, key, self.what)
         else:
             body = codec.loads(data, key, self.what)

@@ -123,7 +123,7 @@ def encode_snapshot(s: PartitionState) -> bytes:
     body = msgspec.to_builtins(snap)
     if body["last_crc"] is None:
         del body["last_crc"]  # (what a snapshot without it always looked like)
-    return codec.seal(body)
+    return codec.seal(body, floats=False)
 
 
 def decode_snapshot(data: bytes, key: str) -> PartitionState:
