@@ -49,7 +49,7 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
 from ctp_state.gc.history import newest_pack
 from ctp_state.l1 import L1Build, L1File, build_file
-from ctp_state.parallel import pmap, write_threads
+from ctp_state.parallel import collector_paused, pmap, write_threads
 from ctp_state.partition_log import PartitionLog
 from ctp_state.reconcile_report import Reports, summarize, verdict_status
 from ctp_state.records import ReconcileSummary
@@ -141,6 +141,7 @@ def build_one(
     return out
 
 
+@collector_paused()
 def run_reconcile(
     store: ObjectStore,
     *,

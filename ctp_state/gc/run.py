@@ -33,6 +33,7 @@ from ctp_state.gc.tables import (
     deletes_table,
     partition_view_table,
 )
+from ctp_state.parallel import collector_paused
 from ctp_state.records import GateInfo, GcRecord, HeldBy, HistorySkip
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectInfo, ObjectStore
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 SAMPLE_KEYS = 10  # L0 keys a history record names; the full list is in its deletes Parquet
 
 
+@collector_paused()
 def run_gc(
     store: ObjectStore,
     *,

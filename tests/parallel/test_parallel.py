@@ -34,3 +34,37 @@ def test_reads_on_a_file_store_run_on_one_thread(tmp_path):
     # 23 s on one thread, 37 s on 32)
     assert read_threads(LocalStore(str(tmp_path)), 32) == 1
     assert read_threads(object(), 32) == 32  # (a store that says nothing: the setting)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_gc_run_and_a_reconcile_run_pause_the_cyclic_collector_and_leave_it_as_they_found_it(store, gate, enabled):
+    """Seen from inside each run (its progress callback, on its own thread): off; after
+    it, as before. A run that raises leaves it as it found it too."""
+    import gc
+
+    from ctp_state.epoch import ClusterEpoch
+    from ctp_state.gc import run_gc
+    from ctp_state.reconcile import run_reconcile
+    from tests.support.gc import produce, reconciled
+
+    reconciled(store)
+    produce(store)
+    ClusterEpoch(store).advance()
+    seen: list[bool] = []
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        run_reconcile(store, on_progress=lambda *a: seen.append(gc.isenabled()))
+        assert gc.isenabled() is enabled
+        run_gc(store, gate=gate, on_progress=lambda *a: seen.append(gc.isenabled()))
+        assert gc.isenabled() is enabled
+
+        def boom(*a):
+            raise RuntimeError("stop")
+
+        with pytest.raises(RuntimeError):
+            run_gc(store, gate=gate, on_progress=boom)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen and not any(seen)
