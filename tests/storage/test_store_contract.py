@@ -43,6 +43,24 @@ def test_put_get_head_roundtrip(store: ObjectStore):
     assert store.head("a/b/missing") is None
 
 
+@pytest.mark.parametrize("size", [0, 1, (1 << 16) - 1, 1 << 16, (1 << 16) + 1, (1 << 20) + 3 * (1 << 16) + 7])
+def test_get_returns_every_byte_whatever_the_size(store: ObjectStore, size: int):
+    """The file store reads in a first chunk of 64 KiB and then until the end: an object
+    shorter than, exactly, and longer than that chunk, and past 1 MiB, comes back whole."""
+    data = bytes((i * 7 + size) % 251 for i in range(size))
+    store.put(f"sizes/{size}.bin", data)
+    assert store.get(f"sizes/{size}.bin") == data
+
+
+def test_a_key_that_names_a_prefix_of_other_keys_is_not_found(store: ObjectStore):
+    """On the file store the key is a directory (opening one read-only succeeds; reading
+    it does not), or runs through a file: neither is an object."""
+    store.put("dir/obj.bin", b"x")
+    for key in ("dir", "dir/obj.bin/below"):
+        with pytest.raises(ObjectNotFound):
+            store.get(key)
+
+
 def test_get_missing_raises_not_found(store: ObjectStore):
     with pytest.raises(ObjectNotFound) as e:
         store.get("nope/x")
