@@ -267,7 +267,8 @@ class GcSettings:
     alert_stall_epochs: int = knob(
         3,
         "alert-stall-epochs",
-        "How far C must have advanced over those runs for an unchanged M to be a stall.",
+        "How far C must have advanced over those runs for an unchanged M to be a stall (at least the "
+        "reconciler's idle lag, which an idle partition's M(p) waits out between its ticks).",
         kind=int,
         minimum=1,
     )

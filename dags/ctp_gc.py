@@ -30,7 +30,8 @@ trigger form. Tasks:
 4. **check_m** — fails (no retry) when the run raised an **alert**: a partition is
    quarantined (a missing or corrupt L0 chunk: its M(p) cannot move until someone
    acts), or M stayed the same over the last `alert_stall_runs` GC runs (default 4)
-   while C advanced by `alert_stall_epochs` (default 3) or more — a stuck claim, a dead
+   while C advanced by `alert_stall_epochs` (default 3; at least the reconciler's
+   `idle_lag`) or more — a stuck claim, a dead
    or overloaded reconciler. The message names the partitions and why. Its
    `on_failure_callback` is the paging hook: set the Variable `ctp_alert_callback`
    (or `$CTP_ALERT_CALLBACK`) to `module:function` and it is called with the task

@@ -12,6 +12,12 @@ claim, a dead or overloaded reconciler, a quarantined chunk. The GC already reco
   the first of them. Runs that did not pass the gate neither break nor extend the
   streak; extra GC runs without an epoch advance do not hide a stall.
 
+An idle partition's lower bound stays put between its ticks (R6: one every ``idle_lag``
+epochs), so a cluster of idle partitions ticked in the same epoch has M flat for
+``idle_lag`` runs while C moves ``idle_lag - 1``: healthy. The advance a stall needs is
+therefore at least the reconciler's idle lag (its newest summary's), whatever
+``stall_epochs`` says; at the default lag of 2 it changes nothing.
+
 ``stall_runs = 0`` turns the stall rule off. The alert names the partitions and their
 reasons; it goes on the run's history record (so ``ctp gc --json``, ``ctp status`` and
 the report show it) and fails the GC DAG's ``check_m`` task.
@@ -40,12 +46,13 @@ def m_alert(
     previous: Sequence[GcRecord],
     stall_runs: int,
     stall_epochs: int,
+    idle_lag: int = 0,
 ) -> GcAlert | None:
     """The alert for a run with this ``m`` and ``cluster_epoch``, or None.
 
     ``previous``: earlier history records, oldest first (any status; only those that
     passed the gate with an M count). ``quarantined``: (topic, partition) -> (L0 key,
-    reason) from the newest reconcile summary.
+    reason) from the newest reconcile summary. ``idle_lag``: that summary's (0: none).
     """
     if quarantined:
         items = sorted(quarantined.items())
@@ -68,7 +75,7 @@ def m_alert(
         if r.m != m:
             break
         runs, first_c = runs + 1, r.cluster_epoch  # type: ignore[assignment]
-    if runs < stall_runs or cluster_epoch - first_c < stall_epochs:
+    if runs < stall_runs or cluster_epoch - first_c < max(stall_epochs, idle_lag):
         return None
     holders = [h for h in held_by if h.topic is not None] or list(held_by)
     named = "; ".join(f"{h.where}: {', '.join(h.reasons)}" for h in holders[:NAMED])

@@ -157,6 +157,7 @@ def prepare(
         previous=tail,
         stall_runs=config.alert_stall_runs,
         stall_epochs=config.alert_stall_epochs,
+        idle_lag=summary.idle_lag if summary else 0,  # (between ticks an idle partition's M(p) stays put)
     )
     statuses = {
         (v.topic, v.partition): partition_status(v, c, now_ms=started_ms, quarantined=quarantined)  # type: ignore[arg-type]

@@ -76,3 +76,15 @@ def test_extra_gc_runs_without_an_advance_do_not_hide_a_stall():
     previous = [run(0, 4, 6), run(1, 5, 7), run(2, 5, 8), run(3, 5, 10), run(4, 5, 10), run(5, 5, 10)]
     a = alert(previous, 5, 10, runs=4, epochs=3)
     assert a is not None and "for 6 GC runs while C advanced 7 -> 10" in a.message
+
+
+def test_an_idle_lag_longer_than_the_stall_epochs_is_waited_out():
+    # idle_lag 4, every partition ticked at C=5: M stays 5 for the runs at C=5..8 (four
+    # runs, C moved three) -- each partition's next tick is due at C=9. Healthy.
+    previous = [run(0, 5, 5), run(1, 5, 6), run(2, 5, 7)]
+    args = {"held_by": HELD, "quarantined": {}, "previous": previous, "stall_runs": 4, "stall_epochs": 3}
+    assert m_alert(m=5, cluster_epoch=8, **args, idle_lag=4) is None
+    assert m_alert(m=5, cluster_epoch=8, **args, idle_lag=2) is not None  # (the default lag: a stall)
+    # still flat one epoch after the tick was due: a stall, as with any lag
+    longer = {**args, "previous": [*previous, run(3, 5, 8)]}
+    assert m_alert(m=5, cluster_epoch=9, **longer, idle_lag=4).kind == "stall"

@@ -74,3 +74,29 @@ def test_a_quarantined_chunk_alerts_at_once(store, gate):
     rec = run_gc(store, gate=gate)
     assert rec.alert is not None and rec.alert.kind == "quarantine" and rec.alert.where == ("t/2",)
     assert bad in rec.alert.message and "CRC32C" in rec.alert.message
+
+
+def test_an_idle_cluster_at_a_longer_idle_lag_never_alerts_and_a_stuck_claim_still_does(store, gate):
+    # idle_lag 4: each idle partition is ticked every fourth epoch, and M stays put in
+    # between -- four flat runs while C moves three, which the default rule (4 runs, 3
+    # epochs) took for a stall on every cycle.
+    from ctp_state.settings import ReconcileSettings
+
+    lag = ReconcileSettings(idle_lag=4)
+    reconciled(store)
+
+    def idle_cycle():
+        ClusterEpoch(store).advance()
+        run_reconcile(store, config=lag)
+        return run_gc(store, gate=gate)
+
+    recs = [idle_cycle() for _ in range(10)]
+    ms = [r.m for r in recs]
+    assert [r.alert for r in recs] == [None] * 10, [(r.m, r.cluster_epoch, r.alert) for r in recs]
+    assert ms == sorted(ms) and any(ms[i] == ms[i + 3] for i in range(len(ms) - 3)), ms  # four flat runs seen
+
+    log = plog(store, "t", 1)
+    log.claim(log.read_state(), "reconciler:dead", AccessMode.EXCLUSIVE, lease_ms=3_600_000)
+    stuck = [idle_cycle() for _ in range(6)]
+    kinds = [r.alert.kind if r.alert else None for r in stuck]
+    assert "stall" in kinds and stuck[-1].alert.where == ("t/1",), kinds
