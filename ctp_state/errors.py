@@ -154,6 +154,24 @@ class LogGap(CorruptData):
         super().__init__(key, f"state log is not dense: expected offset {expected}, found {found}")
 
 
+class LogForked(CtpError):
+    """A placeholder written after an entry the log does not hold before it (its
+    ``prev`` names another entry), which the fold would refuse. The store lost an entry
+    in the middle of the log after this placeholder was written behind it, and another
+    entry took the lost one's place; the placeholder was judged against the lost entry
+    (its producer sequence, its epoch against the window) and acknowledged: refusing it
+    now would lose it, so the partition does not read (R9: the GC deletes nothing) until
+    the log is restored (docs/failure-model.md)."""
+
+    def __init__(self, topic: str, partition: int, offset: int):
+        self.topic, self.partition, self.offset = topic, partition, offset
+        super().__init__(
+            f"{topic}/{partition}: the placeholder at log offset {offset} was written after another entry than "
+            f"the one the log holds at {offset - 1} (the store lost that entry and another took its place); "
+            "it was acknowledged and would now be refused, so nothing is deleted: restore the log from a backup"
+        )
+
+
 class EntryOutOfOrder(CtpError):
     """The fold was handed an entry that does not follow the state it applies to: a
     reader skipped or repeated an offset (a bug, or a log read around a gap)."""

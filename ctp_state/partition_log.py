@@ -96,6 +96,7 @@ class PartitionLog(LogReader):
         recheck_after_s: float | None = None,  # None: DEFAULT_RECHECK_AFTER_S
         probe: bool = False,  # read tails by GETs of the next key, not a LIST (see log_reader)
         idle_snapshot_every: int | None = None,  # snapshot an idle partition's (nothing pending) shorter tail
+        list_before_create: bool = True,  # a probing log: one page of a listing before each create
     ):
         super().__init__(
             store,
@@ -111,6 +112,7 @@ class PartitionLog(LogReader):
         self.resolve_attempts, self.resolve_backoff_s, self._sleep = resolve_attempts, resolve_backoff_s, sleep
         self.recheck_after_s = DEFAULT_RECHECK_AFTER_S if recheck_after_s is None else recheck_after_s
         self._created = -2  # the offset of this log's last create (a probing log's next needs no listing)
+        self.list_before_create = list_before_create
 
     # --- appending ---
 
@@ -201,7 +203,9 @@ class PartitionLog(LogReader):
         that slot since; the very same bytes at ``offset`` would then match what the
         pack names, and hide that writer's entry from every reader starting there. The
         outcome is unknown then (:class:`OutcomeUnknown`): the first send may have landed."""
-        if self.probe and offset != self._created + 1:  # (right after its own create, no hole can be before it)
+        if self.probe and self.list_before_create and offset != self._created + 1:
+            # (right after its own create no hole can be before it; one can form *at* it,
+            # which the placeholder kept behind it shows every reader: state.LogForked)
             first = next(iter(self.store.list(self.prefix, start_after=self.key(offset - 1) if offset else None)), None)
             if first is not None:
                 if first.key != key:

@@ -35,6 +35,7 @@ run's reports and summary in :mod:`ctp_state.reconcile_report`, its thread pool 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -46,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ctp_state import crashpoints, layout, state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile, Tick
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
+from ctp_state.errors import ClaimHeld, CorruptData, CtpError, LogGap, ObjectNotFound, OutcomeUnknown, Rejected
 from ctp_state.gc.history import newest_pack
 from ctp_state.l1 import L1Build, L1File, build_file
 from ctp_state.parallel import collector_paused, pmap, write_threads
@@ -245,9 +246,20 @@ def _tick(
     tail grew by one entry; the next reader that finds it long enough leaves one). If
     the log moved since the run read it (a producer's placeholder, a claim), the entry is
     rebuilt from the fresh state, or not written at all once the partition is no
-    longer idle and free: the next run sees it."""
+    longer idle and free: the next run sees it.
+
+    Its one page of a listing is taken *after* the create, not before it as other
+    writes do (the same one request): a listing before is a check with a window, and a
+    hole that forms in it (the store losing an entry in the middle, keeping the ones
+    after it) takes the tick -- which the GC folds from its pack without reading the key
+    after it, so M could pass the placeholder kept behind the hole. After the create,
+    anything past the tick is seen: a producer's placeholder written right after it is
+    read into the state the run reports (so the GC reads the log), a placeholder kept
+    behind a hole the tick filled stops the read (``LogForked`` where the fold would
+    refuse it), a gap is a ``LogGap``; either is reported, and the GC keeps the state it
+    had from before the tick. (docs/design.md section 14.)"""
     tp = (s.topic, s.partition)
-    log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id, probe=True)
+    log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id, probe=True, list_before_create=False)
 
     def make(fresh: sm.PartitionState) -> Tick:
         if not _tick_due(fresh, c, config):
@@ -255,17 +267,41 @@ def _tick(
         return Tick(c, fresh.writer_epoch + 1, owner)
 
     try:
-        out = log.append(s, make).outcome
+        appended = log.append(s, make)
     except _NoLongerIdle:
         return
     except CtpError as e:
         reports.set(tp, status="error", reason=f"tick failed: {e}")
         return
+    out = appended.outcome
     if out.rejected is not None:
         reports.set(tp, status=verdict_status(out.rejected), reason=str(out.rejected))
         return
+    try:
+        state = _past_tick(store, log, appended.offset, out.state)
+    except CtpError as e:
+        reports.set(tp, status="error", reason=f"after its tick at log offset {appended.offset}: {e}")
+        return
     reports.set(tp, status="advanced")
-    reports.observe(out.state)
+    reports.observe(state)
+
+
+def _past_tick(store: ObjectStore, log: PartitionLog, offset: int, state: sm.PartitionState) -> sm.PartitionState:
+    """``state`` (the log through the tick at ``offset``) with whatever is past the tick:
+    one page of a listing after the key, each entry there read and folded (from the
+    tick's own bytes: a placeholder that names another entry before it is forked).
+    Raises :class:`LogGap` when the listing skips an offset, :class:`LogForked` for a
+    forked placeholder the fold would refuse."""
+    page = list(itertools.islice(store.list(log.prefix, start_after=log.key(offset)), 1000))
+    if not page:
+        return state
+    expected = offset + 1
+    for info in page:
+        found = layout.log_offset_of(info.key, log.prefix)
+        if found != expected:
+            raise LogGap(info.key, expected, found)
+        expected += 1
+    return log.catch_up(state, vouched=True)
 
 
 def _skip_still_lost(store: ObjectStore, todo: list[sm.PartitionState], reports: Reports) -> list[sm.PartitionState]:

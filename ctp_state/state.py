@@ -57,6 +57,7 @@ from ctp_state.errors import (
     EntryForked,
     EntryOutOfOrder,
     InvalidTransition,
+    LogForked,
     OutOfOrderSequence,
     PartitionSealed,
     Rejected,
@@ -101,9 +102,10 @@ def apply(state: PartitionState, offset: int, entry: Entry, *, forked: bool = Fa
     A rejected entry still advances ``applied_offset`` (it is in the log, it simply has
     no effect) and carries its verdict in ``Outcome.rejected``. ``forked``: the entry
     names (``prev``) another entry than the one the log holds before it -- a reconcile,
-    advance, compact or trim entry is then rejected (:class:`EntryForked`); any other
-    kind is judged as ever (a placeholder is data; a claim or tick takes the next writer
-    epoch, which the fold checks).
+    advance, compact or trim entry is then rejected (:class:`EntryForked`); a
+    placeholder, acknowledged data, is judged as ever but never refused: one the fold
+    would refuse stops it (:class:`LogForked`: the log does not read); any other kind is
+    judged as ever (a claim or tick takes the next writer epoch, which the fold checks).
     """
     if offset != state.applied_offset + 1:
         raise EntryOutOfOrder(state.topic, state.partition, offset, state.applied_offset)
@@ -119,7 +121,15 @@ def apply(state: PartitionState, offset: int, entry: Entry, *, forked: bool = Fa
         if isinstance(entry, Placeholder):  # by far the commonest entry
             if not state.initialized:
                 raise InvalidTransition(state.topic, state.partition, "partition is not initialized")
-            new, base, duplicate = _apply_placeholder(state, offset, entry)
+            try:
+                new, base, duplicate = _apply_placeholder(state, offset, entry)
+            except Rejected:
+                if forked:
+                    # Data a producer was told it holds, judged against an entry the
+                    # store has since replaced (its sequence, its epoch's window): a
+                    # refusal now would lose it, so the log does not read.
+                    raise LogForked(state.topic, state.partition, offset) from None
+                raise
             return Outcome(new, base_offset=base, duplicate=duplicate)
         if isinstance(entry, Init):
             return Outcome(_apply_init(state, offset, entry))

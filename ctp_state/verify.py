@@ -30,7 +30,7 @@ from ctp_state import codec, entries as en, layout, state as sm
 from ctp_state.codec import JsonObject
 from ctp_state.entries import Init
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import CorruptData, CtpError, ObjectNotFound, TopicDeleted, TopicNotFound
+from ctp_state.errors import CorruptData, CtpError, LogForked, ObjectNotFound, TopicDeleted, TopicNotFound
 from ctp_state.gc.history import GcHistory
 from ctp_state.incarnations import NameState, all_names
 from ctp_state.l1 import parse_l1
@@ -205,7 +205,12 @@ def verify_partition(
             )
         forked = prev is not None and before is not None and prev != before
         before = codec.crc32c(data)
-        state = sm.apply(state, offset, entry, forked=forked).state
+        try:
+            state = sm.apply(state, offset, entry, forked=forked).state
+        except LogForked as e:
+            say(ERROR, str(e), key)
+            replayed = False
+            break
         if snap is not None and offset == snap.applied_offset:
             at_snapshot = state
     if res.unchecksummed:

@@ -231,6 +231,10 @@ LOG_READ_SNAPSHOT_TAIL = 8
 MAX_HINT_SUMMARIES = 16
 
 
+#: A hint that sends a partition to its log (past any log end a pack's state can have).
+_READ_THE_LOG = 1 << 62
+
+
 def pack_base(
     store: ObjectStore,
     passed: list[GcRecord],
@@ -272,8 +276,10 @@ def pack_base(
         if read is not None:
             read[n] = summary
         for r in summary.partitions:
-            if r.state is not None:
-                tp = (r.topic, r.partition)
+            tp = (r.topic, r.partition)
+            if r.status == "error":  # the reconciler could not read or write it: the GC reads its log
+                hints[tp] = (_READ_THE_LOG, False)
+            elif r.state is not None:
                 end, ticks = hints.get(tp, (-1, True))
                 hints[tp] = (max(end, r.state.log_end_offset), ticks and r.status in ("advanced", "idle"))
     unswept = {

@@ -3,28 +3,42 @@ a partial restore): holes no create-if-absent append makes. The reconciler reads
 probing (GETs of the next key, no LIST) and so cannot see a hole when it reads; it
 must never write into one, and the GC, which deletes by what the states commit, must
 refuse the store rather than act on a state read short of a lost entry. Both scenarios
-came from a review of the probing reads, where they lost data; kept as tests."""
+came from a review of the probing reads, where they lost data; kept as tests.
+
+A hole can also form *under* a writer: the store loses an entry in the middle after the
+writer read the log (or right after its own create, where it does not list), keeps the
+ones after it, and the writer's create lands in the lost entry's slot. The placeholder
+kept behind it names (``prev``) the lost entry, not the one now before it: every reader
+stops there (``LogForked``), where the fold used to reject it (its producer sequence
+follows the lost one) and the GC deleted its L0 object. Found by a later review."""
 
 from __future__ import annotations
 
 import pytest
 
+from ctp_state import entries as en
 from ctp_state.compact import run_compaction
-from ctp_state.entries import Placeholder
+from ctp_state.entries import Advance, Placeholder, Reconcile
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import StateUnreadable
+from ctp_state.errors import LogForked, StateUnreadable
 from ctp_state.gc import run_gc
+from ctp_state.l0 import Record
+from ctp_state.producer import Producer
 from ctp_state.read import read_partition
 from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import CompactSettings, GcSettings
-from tests.support import plog, produce_rounds
+from ctp_state.topics import create_topic
+from ctp_state.verify import verify_partition
+from tests.support import Wrapped, plog, produce_rounds
 
 
-def test_two_lost_entries_no_tick_lands_in_the_hole_and_the_gc_keeps_the_pending_l0_object(store, gate):
+def test_two_lost_entries_a_tick_in_the_hole_is_reported_and_the_gc_keeps_the_pending_l0_object(store, gate):
     """Placeholders at 4, 5, 6; the store loses 4 and 5. The reconciler's probing read
-    stops at 4 and finds the partition idle and due: its listing before the write finds
-    6 past the hole and it writes nothing. The GC's listing read names the gap and the
-    run stops: the L0 object the pending placeholder at 6 needs stays."""
+    stops at 4 and finds the partition idle and due: its tick lands at 4 (a tick lists
+    after its create, not before), and that listing finds 6 past the gap at 5: the
+    partition is reported, not advanced. The GC's listing read names the gap and the
+    run stops: the L0 object the pending placeholder at 6 needs stays. (Restoring the
+    lost entries means deleting the tick first: it holds no data.)"""
     produce_rounds(store, "t", partitions=1, rounds=1, per=2)  # init, placeholder 1
     assert run_reconcile(store).partitions_reconciled == 1  # claim 2, reconcile 3
     produce_rounds(store, "t", partitions=1, rounds=3, per=2, advance=False)  # placeholders 4, 5, 6
@@ -34,10 +48,9 @@ def test_two_lost_entries_no_tick_lands_in_the_hole_and_the_gc_keeps_the_pending
     for _ in range(4):
         ClusterEpoch(store).advance()
     store.delete_many([log.key(4), log.key(5)])
-    keys = sorted(o.key for o in store.list(log.prefix))
     s = run_reconcile(store)
     assert s.partitions_advanced == 0 and s.partitions_failed == 1 and "not dense" in s.partitions[0].reason, s
-    assert sorted(o.key for o in store.list(log.prefix)) == keys  # nothing written into the hole
+    assert en.decode(store.get(log.key(4)), log.key(4)).kind == "tick"  # (a listing read stops at 5)
     with pytest.raises(StateUnreadable):
         run_gc(store, gate=gate, config=GcSettings())
     assert store.head(victim.l0_key) is not None
@@ -66,3 +79,151 @@ def test_a_lost_compactor_claim_never_lets_the_gc_take_the_compacted_file_for_an
     store.put(log.key(h), saved)  # restored
     assert store.head(compacted) is not None
     assert [r["value"] for r in read_partition(store, "t", 0).to_pylist()] == [x.value for x in sent]
+
+
+class StallBefore(Wrapped):
+    """Runs ``hook`` once, just before the create of ``key`` is sent: a writer stalled
+    between its read (and any listing) and its create."""
+
+    def __init__(self, inner, key, hook):
+        super().__init__(inner)
+        self.key, self.hook, self.fired = key, hook, False
+
+    def put_if_absent(self, k, d):
+        if k == self.key and not self.fired:
+            self.fired = True
+            self.hook()
+        return self.inner.put_if_absent(k, d)
+
+
+def _p1_p2_then_the_store_loses_p1(store, prod, log, at: int, seen: dict):
+    """A producer appends P1 at ``at`` and P2 after it (both acknowledged); the store
+    loses P1 and keeps P2."""
+
+    def hook():
+        for value in (b"P1", b"P2"):
+            assert prod.write([(("t", 0), [Record(value, b"k", 1000)])])[0].accepted
+        (o1, p1), (o2, p2) = list(log.entries(at - 1))
+        assert (o1, o2) == (at, at + 1) and isinstance(p1, Placeholder) and isinstance(p2, Placeholder)
+        seen["p2"] = p2
+        store.delete_many([log.key(at)])
+
+    return hook
+
+
+def _every_reader_stops_and_nothing_is_deleted(store, gate, log, forked_at: int, p2: Placeholder) -> None:
+    with pytest.raises(LogForked, match=f"placeholder at log offset {forked_at}"):
+        read_partition(store, "t", 0)
+    check = verify_partition(store, "t", 0)
+    assert any("was written after another entry" in f.what for f in check.findings), check.findings
+    for _ in range(3):  # epochs, reconciles and GCs go on: the partition is refused, nothing goes
+        ClusterEpoch(store).advance()
+        s = run_reconcile(store)
+        assert s.partitions_failed == 1 and "was written after another entry" in s.partitions[0].reason, s
+        with pytest.raises(StateUnreadable, match="was written after another entry"):
+            run_gc(store, gate=gate, config=GcSettings(full_read_every=1))
+        assert store.head(p2.l0_key) is not None  # P2's records are still in L0
+
+
+def test_a_commit_created_right_after_its_claim_into_a_hole_under_it_stops_every_reader(store, gate):
+    """Claim at 2 (the reconcile's own create, so its commit at 3 does not list first);
+    while it builds, a producer appends P1 at 3 and P2 at 4, and the store loses P1.
+    The commit lands at 3, in P1's slot."""
+    create_topic(store, "t", 1)
+    ClusterEpoch(store).advance()
+    prod = Producer(store, epoch_ttl_s=0)
+    assert prod.write([(("t", 0), [Record(b"A", b"k", 1000)])])[0].accepted  # 1
+    log = plog(store, "t", 0, write_snapshots=False)
+    seen: dict = {}
+    stalled = StallBefore(store, log.key(3), _p1_p2_then_the_store_loses_p1(store, prod, log, 3, seen))
+    assert run_reconcile(stalled).partitions_reconciled == 1 and stalled.fired
+    assert isinstance(dict(log.entries())[3], Reconcile)
+    _every_reader_stops_and_nothing_is_deleted(store, gate, log, 4, seen["p2"])
+
+
+def test_an_advance_created_right_after_its_commit_into_a_hole_under_it_stops_every_reader(store, gate):
+    """A commit that leaves the partition due an advance (R6) creates it right after its
+    own create; a producer with a cached epoch appends P1 there and P2 after it first,
+    and the store loses P1. The advance lands in P1's slot and moves the window to C:
+    P2, of an older epoch and after a lost sequence number, used to be refused."""
+    create_topic(store, "t", 1)
+    ce = ClusterEpoch(store)
+    ce.advance()
+    prod = Producer(store, epoch_ttl_s=3600)  # keeps C = 2
+    assert prod.write([(("t", 0), [Record(b"A", b"k", 1000)])])[0].accepted  # 1
+    ce.advance()
+    ce.advance()
+    log = plog(store, "t", 0, write_snapshots=False)
+    seen: dict = {}
+    stalled = StallBefore(store, log.key(4), _p1_p2_then_the_store_loses_p1(store, prod, log, 4, seen))
+    assert run_reconcile(stalled).partitions_reconciled == 1 and stalled.fired
+    assert isinstance(dict(log.entries())[4], Advance)
+    _every_reader_stops_and_nothing_is_deleted(store, gate, log, 5, seen["p2"])
+
+
+def test_a_producer_appending_from_its_cached_state_into_a_hole_stops_every_reader(store, gate):
+    """The case docs/failure-model.md left open: producer X appends X0 at 1; producer Y's
+    cached state ends at its own entry at 2; X appends P1 at 3 and P2 at 4; the store
+    loses P1; Y, within its recheck time, creates its placeholder at 3. P2 names the
+    lost P1, and its producer sequence follows P1's: refused, where it was acknowledged."""
+    create_topic(store, "t", 1)
+    ClusterEpoch(store).advance()
+    x, y = Producer(store), Producer(store)
+    assert x.write([(("t", 0), [Record(b"X0", b"k", 1000)])])[0].accepted  # 1
+    assert y.write([(("t", 0), [Record(b"Y1", b"k", 1000)])])[0].accepted  # 2
+    log = plog(store, "t", 0, write_snapshots=False)
+    seen: dict = {}
+    _p1_p2_then_the_store_loses_p1(store, x, log, 3, seen)()
+    assert y.write([(("t", 0), [Record(b"Y2", b"k", 1001)])])[0].accepted  # 3: into the hole
+    assert isinstance(dict(log.entries())[3], Placeholder)
+    _every_reader_stops_and_nothing_is_deleted(store, gate, log, 4, seen["p2"])
+
+
+def test_a_placeholder_behind_a_filled_hole_that_the_fold_accepts_is_read(store, gate):
+    """The same, but P2 is X's first placeholder in this log: nothing it was judged
+    against is lost (the store lost P1, which no rule can give back), so it is accepted
+    and reconciled, and the partition reads."""
+    create_topic(store, "t", 1)
+    ClusterEpoch(store).advance()
+    y = Producer(store)
+    assert y.write([(("t", 0), [Record(b"Y1", b"k", 1000)])])[0].accepted  # 1
+    log = plog(store, "t", 0, write_snapshots=False)
+    seen: dict = {}
+    _p1_p2_then_the_store_loses_p1(store, Producer(store), log, 2, seen)()
+    assert y.write([(("t", 0), [Record(b"Y2", b"k", 1001)])])[0].accepted  # 2: into the hole
+    for _ in range(3):
+        ClusterEpoch(store).advance()
+        assert run_reconcile(store).ok
+        run_gc(store, gate=gate, config=GcSettings())
+    assert sorted(r["value"] for r in read_partition(store, "t", 0).to_pylist()) == [b"P2", b"Y1", b"Y2"]
+
+
+def test_a_tick_created_into_a_hole_formed_after_the_runs_read_is_reported_and_m_stays_below(store, gate):
+    """Found by the fifth review: the tick's listing was taken before its create, and a
+    hole that formed between the two took the tick -- which the GC folds from its pack
+    without reading the key after it, so M passed the placeholder kept behind the hole
+    and the GC deleted its L0 object. A tick now lists after its create: P2, past it,
+    names the lost P1 and would be refused (an older epoch than the tick's window, a
+    sequence after a lost one): the partition is reported, and the GC keeps its state
+    from before the tick (M stays below P2) and reads its log, where it stops."""
+    create_topic(store, "t", 1)
+    ce = ClusterEpoch(store)
+    ce.advance()  # C = 2
+    prod = Producer(store, epoch_ttl_s=3600)  # keeps C = 2
+    assert prod.write([(("t", 0), [Record(b"A", b"k", 1000)])])[0].accepted  # 1
+    assert run_reconcile(store).partitions_reconciled == 1  # claim 2, commit 3
+    assert run_gc(store, gate=gate, config=GcSettings()).status == "ok"  # the pack
+    ce.advance()
+    ce.advance()  # C = 4: the idle partition is due a tick
+    log = plog(store, "t", 0, write_snapshots=False)
+    seen: dict = {}
+    stalled = StallBefore(store, log.key(4), _p1_p2_then_the_store_loses_p1(store, prod, log, 4, seen))
+    s = run_reconcile(stalled)
+    assert stalled.fired and dict(log.entries())[4].kind == "tick"
+    assert s.partitions_advanced == 0 and s.partitions_failed == 1, s
+    assert "after its tick at log offset 4" in s.partitions[0].reason, s.partitions[0].reason
+    assert "placeholder at log offset 5 was written after another entry" in s.partitions[0].reason
+    with pytest.raises(StateUnreadable, match="was written after another entry"):
+        run_gc(store, gate=gate, config=GcSettings())  # from its pack: the reported partition from its log
+    assert store.head(seen["p2"].l0_key) is not None
+    _every_reader_stops_and_nothing_is_deleted(store, gate, log, 5, seen["p2"])

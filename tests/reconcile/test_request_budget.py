@@ -73,8 +73,8 @@ def test_an_idle_partitions_requests_per_epoch_by_operation(s3_server, gate):
     # The reconcile: from the GC's state pack (the GC ran after the last reconcile, so
     # the pack's state is the log's end): a GET of the pack's last entry (still there,
     # the very bytes the pack folded) and the 404 of the key after it; every other epoch
-    # a tick, after one page of a listing (never written into a hole). No snapshot read
-    # or written, no LIST to read.
+    # a tick, and one page of a listing after it (what is past the tick is read: a hole
+    # it filled is found). No snapshot read or written, no LIST to read.
     assert per["reconcile"] == {"GetObject": 2.0, "ListObjectsV2": 0.5, "PutObject": 0.5}, per
     # The GC: from the previous run's state pack, a GET of the pack's last entry (still
     # there, those bytes: the log did not lose its tail) and a GET of each tick the
