@@ -2,7 +2,7 @@
 
     python benchmarks/bench_requests.py [--partitions 300] [--rounds 4] [--idle-lag 2]
                                         [--warmup 2] [--records 5] [--scenario idle|active|both]
-                                        [--detail]
+                                        [--detail] [--marginal]
 
 What an S3 bill counts is requests, so this counts them where they leave: at the boto3
 client, every client the store creates (its own and the one ``bulk()`` builds for the
@@ -41,6 +41,12 @@ What a reader of a partition's state pays grows with the log's tail since its la
 snapshot; ``per_round`` shows whether the rounds measured are alike. If they are not
 (a tail that grows for several epochs before something snapshots it), measure a whole
 cycle: ``--warmup`` and ``--rounds`` of that many epochs.
+
+``--marginal`` runs each scenario again at twice ``--partitions`` (a bucket of its own)
+and reports the difference: what one more partition costs per epoch, by operation, with
+the runs' fixed requests (the GC history and its pack, the summaries, the epoch) apart
+as ``fixed_per_epoch``. That is the figure that scales to 100,000 partitions;
+``cost_100k_*_per_day_marginal`` prices it, the fixed requests added once an epoch.
 
 ``--detail`` adds, per phase, the requests by operation and key shape (the store's
 prefix dropped, numbers as ``#``, hex ids as ``<id>``): which request comes from where.
@@ -256,6 +262,7 @@ def run_scenario(
     records: int,
     detail: bool,
     gap_s: float = 0.0,
+    bucket: str | None = None,
 ) -> dict:
     from ctp_state.epoch import ClusterEpoch
     from ctp_state.gc import run_gc
@@ -268,7 +275,7 @@ def run_scenario(
     from expectations.gate import GxGate
 
     report_dir = tempfile.mkdtemp(prefix="ctp-bench-requests-gx-")
-    store = open_store(server.url(name), server.env)
+    store = open_store(server.url(bucket or name), server.env)
     gate = GxGate(report_dir)
     config = ReconcileSettings(idle_lag=idle_lag)
     active = name == "active"
@@ -320,6 +327,7 @@ def run_scenario(
     units = partitions * rounds
     maintenance = counter.totals(MAINTENANCE)
     out: dict = {
+        "maintenance_calls": dict(sorted(maintenance.items())),
         "per_partition_epoch": _per(maintenance, units),
         **_classes(maintenance, units),
         "total_per_partition_epoch": round(sum(maintenance.values()) / units, 4),
@@ -347,6 +355,24 @@ def run_scenario(
     return out
 
 
+def marginal(small: dict, large: dict, partitions: int, rounds: int) -> dict:
+    """What one more partition costs per epoch, and what a run costs whatever the
+    partitions: the maintenance calls at ``2 x partitions`` less those at ``partitions``,
+    by operation (the runs' fixed requests -- the history, the pack, the summaries, the
+    epoch -- drop out), and the remainder per epoch. Pure."""
+    ops = sorted(set(small["maintenance_calls"]) | set(large["maintenance_calls"]))
+    a = Counter({op: small["maintenance_calls"].get(op, 0) for op in ops})
+    b = Counter({op: large["maintenance_calls"].get(op, 0) for op in ops})
+    per = Counter({op: b[op] - a[op] for op in ops})
+    fixed = Counter({op: a[op] - per[op] for op in ops})  # per run: a = fixed + partitions x per
+    return {
+        "per_partition_epoch": _per(per, partitions * rounds),
+        **_classes(per, partitions * rounds),
+        "fixed_per_epoch": _per(fixed, rounds),
+        "fixed_per_epoch_classes": _classes(fixed, rounds),
+    }
+
+
 def _tree() -> str:
     """The checkout measured: its commit, ``+dirty`` with uncommitted changes."""
     here = os.path.join(os.path.dirname(__file__), "..")
@@ -358,9 +384,12 @@ def _tree() -> str:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "") if head.returncode == 0 else "unknown"
 
 
-def daily_cost(figures: dict) -> dict:
-    """Requests and dollars a day at 100k partitions, 288 epochs a day."""
+def daily_cost(figures: dict, fixed: dict | None = None) -> dict:
+    """Requests and dollars a day at 100k partitions, 288 epochs a day: ``figures`` per
+    partition per epoch, plus ``fixed`` per epoch whatever the partitions (none: the
+    figures carry them, spread over the partitions measured)."""
     scale = SCALE_PARTITIONS * EPOCHS_PER_DAY
+    figures = {k: figures[k] + (fixed[k] / SCALE_PARTITIONS if fixed is not None else 0.0) for k in USD_PER_1000}
     out: dict = {f"{k}_requests": round(figures[k] * scale) for k in USD_PER_1000}
     out["usd"] = round(sum(figures[k] * scale / 1000 * price for k, price in USD_PER_1000.items()), 2)
     out["usd_by_class"] = {k: round(figures[k] * scale / 1000 * price, 2) for k, price in USD_PER_1000.items()}
@@ -384,6 +413,12 @@ def main() -> None:
         default=0.0,
         help="seconds between a round's reconcile and its GC (an Airflow DAG's tasks are seconds apart; "
         "the counts do not depend on it)",
+    )
+    ap.add_argument(
+        "--marginal",
+        action="store_true",
+        help="also run each scenario at twice --partitions: the difference is what one partition costs "
+        "without the runs' fixed requests (``marginal``), the figure that scales to 100k partitions",
     )
     args = ap.parse_args()
 
@@ -417,10 +452,29 @@ def main() -> None:
                 )
                 result[name] = res
                 print(json.dumps({name: {k: res[k] for k in ("per_partition_epoch", "seconds")}}), file=sys.stderr)
+                if args.marginal:
+                    twice = run_scenario(
+                        server,
+                        name,
+                        2 * args.partitions,
+                        args.rounds,
+                        args.idle_lag,
+                        warmup,
+                        args.records,
+                        False,
+                        args.gap,
+                        bucket=f"{name}-twice",
+                    )
+                    res["marginal"] = marginal(res, twice, args.partitions, args.rounds)
+                    res["marginal"]["outcome_twice"] = twice["outcome"]
+                    print(json.dumps({name: {"marginal": res["marginal"]["per_partition_epoch"]}}), file=sys.stderr)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     for name in scenarios:
         result[f"cost_100k_{name}_per_day"] = daily_cost(result[name])
+        if "marginal" in result[name]:
+            m = result[name]["marginal"]
+            result[f"cost_100k_{name}_per_day_marginal"] = daily_cost(m, m["fixed_per_epoch_classes"])
     result["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(result, indent=1))
 

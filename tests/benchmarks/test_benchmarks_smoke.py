@@ -118,3 +118,25 @@ def test_the_compaction_benchmark_leaves_one_file_per_partition_and_every_reader
     assert all(life["read_exactly_once_after_expiry"].values()), life
     assert out["throughput"]["files_replaced"] == 64 and out["throughput"]["ratio_compact_to_reconcile"] > 0
     assert out["gc"]["retired_deleted"] == out["gc"]["files_replaced"] == 300
+
+
+@pytest.mark.slow
+def test_the_request_benchmark_separates_what_a_partition_costs_from_what_a_run_costs():
+    partitions, rounds = 6, 2
+    out = _bench(
+        "benchmarks/bench_requests.py",
+        *("--partitions", str(partitions), "--warmup", "2", "--rounds", str(rounds), "--scenario", "idle"),
+        "--marginal",
+    )
+    idle = out["idle"]
+    m = idle["marginal"]
+    assert m["outcome_twice"]["partitions_advanced"] == 2 * idle["outcome"]["partitions_advanced"] > 0
+    # the identity it rests on: the counts at N are N partitions' worth plus the runs' own
+    for op, n in idle["maintenance_calls"].items():
+        per, fixed = m["per_partition_epoch"].get(op, 0.0), m["fixed_per_epoch"].get(op, 0.0)
+        assert abs(per * partitions * rounds + fixed * rounds - n) < 0.01 * max(n, 1), op
+    # the runs' fixed requests are what the figures spread over 6 partitions carried
+    assert 0 < m["put_class"] < idle["put_class"] and 0 < m["get_class"] < idle["get_class"]
+    assert m["fixed_per_epoch_classes"]["put_class"] > 0 and m["fixed_per_epoch_classes"]["get_class"] > 0
+    at_100k, spread = out["cost_100k_idle_per_day_marginal"], out["cost_100k_idle_per_day"]
+    assert 0 < at_100k["usd"] < spread["usd"]
