@@ -125,6 +125,17 @@ def _every_reader_stops_and_nothing_is_deleted(store, gate, log, forked_at: int,
         assert store.head(p2.l0_key) is not None  # P2's records are still in L0
 
 
+def _a_reconcile_writes_into_the_hole(store, gate, prod, at: int, kind: type) -> None:
+    """The reconcile's create at ``at`` stalls; meanwhile ``prod`` appends P1 there and
+    P2 after it, and the store loses P1: the create lands in P1's slot."""
+    log = plog(store, "t", 0, write_snapshots=False)
+    seen: dict = {}
+    stalled = StallBefore(store, log.key(at), _p1_p2_then_the_store_loses_p1(store, prod, log, at, seen))
+    assert run_reconcile(stalled).partitions_reconciled == 1 and stalled.fired
+    assert isinstance(dict(log.entries())[at], kind)
+    _every_reader_stops_and_nothing_is_deleted(store, gate, log, at + 1, seen["p2"])
+
+
 def test_a_commit_created_right_after_its_claim_into_a_hole_under_it_stops_every_reader(store, gate):
     """Claim at 2 (the reconcile's own create, so its commit at 3 does not list first);
     while it builds, a producer appends P1 at 3 and P2 at 4, and the store loses P1.
@@ -133,12 +144,7 @@ def test_a_commit_created_right_after_its_claim_into_a_hole_under_it_stops_every
     ClusterEpoch(store).advance()
     prod = Producer(store, epoch_ttl_s=0)
     assert prod.write([(("t", 0), [Record(b"A", b"k", 1000)])])[0].accepted  # 1
-    log = plog(store, "t", 0, write_snapshots=False)
-    seen: dict = {}
-    stalled = StallBefore(store, log.key(3), _p1_p2_then_the_store_loses_p1(store, prod, log, 3, seen))
-    assert run_reconcile(stalled).partitions_reconciled == 1 and stalled.fired
-    assert isinstance(dict(log.entries())[3], Reconcile)
-    _every_reader_stops_and_nothing_is_deleted(store, gate, log, 4, seen["p2"])
+    _a_reconcile_writes_into_the_hole(store, gate, prod, 3, Reconcile)
 
 
 def test_an_advance_created_right_after_its_commit_into_a_hole_under_it_stops_every_reader(store, gate):
@@ -153,12 +159,7 @@ def test_an_advance_created_right_after_its_commit_into_a_hole_under_it_stops_ev
     assert prod.write([(("t", 0), [Record(b"A", b"k", 1000)])])[0].accepted  # 1
     ce.advance()
     ce.advance()
-    log = plog(store, "t", 0, write_snapshots=False)
-    seen: dict = {}
-    stalled = StallBefore(store, log.key(4), _p1_p2_then_the_store_loses_p1(store, prod, log, 4, seen))
-    assert run_reconcile(stalled).partitions_reconciled == 1 and stalled.fired
-    assert isinstance(dict(log.entries())[4], Advance)
-    _every_reader_stops_and_nothing_is_deleted(store, gate, log, 5, seen["p2"])
+    _a_reconcile_writes_into_the_hole(store, gate, prod, 4, Advance)
 
 
 def test_a_producer_appending_from_its_cached_state_into_a_hole_stops_every_reader(store, gate):
