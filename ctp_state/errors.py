@@ -155,20 +155,19 @@ class LogGap(CorruptData):
 
 
 class LogForked(CtpError):
-    """A placeholder written after an entry the log does not hold before it (its
-    ``prev`` names another entry), which the fold would refuse. The store lost an entry
-    in the middle of the log after this placeholder was written behind it, and another
-    entry took the lost one's place; the placeholder was judged against the lost entry
-    (its producer sequence, its epoch against the window) and acknowledged: refusing it
-    now would lose it, so the partition does not read (R9: the GC deletes nothing) until
-    the log is restored (docs/failure-model.md)."""
+    """A placeholder written after an entry the log does not hold before it: its
+    ``prev`` names another entry. The store lost or replaced the entry before it after
+    it was written, and another entry took that slot. The placeholder was judged against
+    the lost entry (its producer sequence, its epoch against the window) and
+    acknowledged, and the lost entry's own data is still in L0: the partition does not
+    read (R9: the GC deletes nothing) until the log is restored (docs/failure-model.md)."""
 
     def __init__(self, topic: str, partition: int, offset: int):
         self.topic, self.partition, self.offset = topic, partition, offset
         super().__init__(
             f"{topic}/{partition}: the placeholder at log offset {offset} was written after another entry than "
             f"the one the log holds at {offset - 1} (the store lost that entry and another took its place); "
-            "it was acknowledged and would now be refused, so nothing is deleted: restore the log from a backup"
+            "nothing is deleted: restore the log from a backup"
         )
 
 

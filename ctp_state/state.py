@@ -103,14 +103,20 @@ def apply(state: PartitionState, offset: int, entry: Entry, *, forked: bool = Fa
     no effect) and carries its verdict in ``Outcome.rejected``. ``forked``: the entry
     names (``prev``) another entry than the one the log holds before it -- a reconcile,
     advance, compact or trim entry is then rejected (:class:`EntryForked`); a
-    placeholder, acknowledged data, is judged as ever but never refused: one the fold
-    would refuse stops it (:class:`LogForked`: the log does not read); any other kind is
-    judged as ever (a claim or tick takes the next writer epoch, which the fold checks).
+    placeholder, acknowledged data, stops the fold (:class:`LogForked`: the log does not
+    read until it is restored); any other kind is judged as ever (a claim or tick takes
+    the next writer epoch, which the fold checks).
     """
     if offset != state.applied_offset + 1:
         raise EntryOutOfOrder(state.topic, state.partition, offset, state.applied_offset)
     if forked and isinstance(entry, _UNDER_CLAIM) and not state.sealed:
         return Outcome(evolve(state, applied_offset=offset), rejected=EntryForked(state.topic, state.partition, offset))
+    if forked and isinstance(entry, Placeholder) and not state.sealed:
+        # Acknowledged data written after an entry the store has since lost or replaced:
+        # judged now, it may be refused (its sequence and its epoch's window followed
+        # the lost entry), and the lost entry's own data is still in L0. The log does
+        # not read until it is restored, so nothing more is lost.
+        raise LogForked(state.topic, state.partition, offset)
     # Each _apply_* checks ``state`` and returns it copied once, with ``applied_offset``
     # moved to ``offset`` and its own changes (a replay copies a state per entry).
     try:
@@ -121,15 +127,7 @@ def apply(state: PartitionState, offset: int, entry: Entry, *, forked: bool = Fa
         if isinstance(entry, Placeholder):  # by far the commonest entry
             if not state.initialized:
                 raise InvalidTransition(state.topic, state.partition, "partition is not initialized")
-            try:
-                new, base, duplicate = _apply_placeholder(state, offset, entry)
-            except Rejected:
-                if forked:
-                    # Data a producer was told it holds, judged against an entry the
-                    # store has since replaced (its sequence, its epoch's window): a
-                    # refusal now would lose it, so the log does not read.
-                    raise LogForked(state.topic, state.partition, offset) from None
-                raise
+            new, base, duplicate = _apply_placeholder(state, offset, entry)
             return Outcome(new, base_offset=base, duplicate=duplicate)
         if isinstance(entry, Init):
             return Outcome(_apply_init(state, offset, entry))

@@ -105,7 +105,7 @@ def _p1_p2_then_the_store_loses_p1(store, prod, log, at: int, seen: dict):
             assert prod.write([(("t", 0), [Record(value, b"k", 1000)])])[0].accepted
         (o1, p1), (o2, p2) = list(log.entries(at - 1))
         assert (o1, o2) == (at, at + 1) and isinstance(p1, Placeholder) and isinstance(p2, Placeholder)
-        seen["p2"] = p2
+        seen["p1"], seen["p2"] = p1, p2
         store.delete_many([log.key(at)])
 
     return hook
@@ -180,10 +180,12 @@ def test_a_producer_appending_from_its_cached_state_into_a_hole_stops_every_read
     _every_reader_stops_and_nothing_is_deleted(store, gate, log, 4, seen["p2"])
 
 
-def test_a_placeholder_behind_a_filled_hole_that_the_fold_accepts_is_read(store, gate):
-    """The same, but P2 is X's first placeholder in this log: nothing it was judged
-    against is lost (the store lost P1, which no rule can give back), so it is accepted
-    and reconciled, and the partition reads."""
+def test_a_placeholder_the_fold_would_take_behind_a_filled_hole_stops_too_and_the_lost_one_is_kept(store, gate):
+    """The same, but P2 is X's first placeholder in this log, so the fold would take it.
+    The store still lost P1, whose data is in L0: taking P2 and going on would let the
+    GC delete P1's object, where a hole left alone stops every listing read until an
+    operator restores P1's entry (a sixth review: a tick, listing after its create,
+    filled such a hole and nothing stopped). The log stops all the same."""
     create_topic(store, "t", 1)
     ClusterEpoch(store).advance()
     y = Producer(store)
@@ -192,11 +194,9 @@ def test_a_placeholder_behind_a_filled_hole_that_the_fold_accepts_is_read(store,
     seen: dict = {}
     _p1_p2_then_the_store_loses_p1(store, Producer(store), log, 2, seen)()
     assert y.write([(("t", 0), [Record(b"Y2", b"k", 1001)])])[0].accepted  # 2: into the hole
-    for _ in range(3):
-        ClusterEpoch(store).advance()
-        assert run_reconcile(store).ok
-        run_gc(store, gate=gate, config=GcSettings())
-    assert sorted(r["value"] for r in read_partition(store, "t", 0).to_pylist()) == [b"P2", b"Y1", b"Y2"]
+    assert store.head(seen["p1"].l0_key) is not None
+    _every_reader_stops_and_nothing_is_deleted(store, gate, log, 3, seen["p2"])
+    assert store.head(seen["p1"].l0_key) is not None
 
 
 def test_a_tick_created_into_a_hole_formed_after_the_runs_read_is_reported_and_m_stays_below(store, gate):
@@ -228,3 +228,34 @@ def test_a_tick_created_into_a_hole_formed_after_the_runs_read_is_reported_and_m
         run_gc(store, gate=gate, config=GcSettings())  # from its pack: the reported partition from its log
     assert store.head(seen["p2"].l0_key) is not None
     _every_reader_stops_and_nothing_is_deleted(store, gate, log, 5, seen["p2"])
+
+
+def test_a_tick_that_fills_a_hole_already_there_stops_the_log_and_keeps_the_lost_placeholders_data(store, gate):
+    """Found by a sixth review: the store lost P in the middle (Q, another producer's,
+    of the same epoch, kept after it) before the reconciler read the log. The tick,
+    listing after its create, lands in P's slot; Q names P, and the fold would take it:
+    had it been taken, the log would read as whole again and M would pass P's epoch --
+    the GC deleted P's L0 object, where a listing before the tick stopped every run on
+    the hole. Q stops the log instead: reported, the GC stops, P's data stays in L0
+    (restore P's entry: delete the tick first)."""
+    produce_rounds(store, "t", partitions=1, rounds=1, per=2)
+    assert run_reconcile(store).partitions_reconciled == 1
+    assert run_gc(store, gate=gate, config=GcSettings()).status == "ok"  # the pack
+    for _ in range(3):
+        ClusterEpoch(store).advance()
+    log = plog(store, "t", 0, write_snapshots=False)
+    k = log.read_state().applied_offset + 1
+    with Producer(store, epoch_ttl_s=0) as a, Producer(store, epoch_ttl_s=0) as b:
+        assert a.write([(("t", 0), [Record(b"P", b"k", 1000)])])[0].accepted
+        assert b.write([(("t", 0), [Record(b"Q", b"k", 1000)])])[0].accepted
+    ents = dict(log.entries(k - 1))
+    p, q = ents[k], ents[k + 1]
+    assert isinstance(p, Placeholder) and isinstance(q, Placeholder) and p.epoch == q.epoch
+    store.delete_many([log.key(k)])  # the store loses P
+    s = run_reconcile(store)
+    assert en.decode(store.get(log.key(k)), log.key(k)).kind == "tick"  # in P's slot
+    assert s.partitions_failed == 1 and f"after its tick at log offset {k}" in s.partitions[0].reason, s
+    with pytest.raises(StateUnreadable, match="was written after another entry"):
+        run_gc(store, gate=gate, config=GcSettings())
+    _every_reader_stops_and_nothing_is_deleted(store, gate, log, k + 1, q)
+    assert store.head(p.l0_key) is not None

@@ -222,9 +222,9 @@ def test_a_probing_appender_that_lost_the_race_to_two_offsets_catches_up(store):
 def test_a_claim_holders_forked_entry_has_no_effect_and_other_kinds_are_judged_as_ever():
     """``forked``: the entry names (prev) another entry than the one the log holds before
     it. A reconcile or advance is then rejected (EntryForked) and changes nothing; a
-    placeholder (acknowledged data) is judged as ever but never refused: one the fold would
-    refuse stops it (LogForked, tests/log/test_hole_attacks.py); a claim, a tick and a
-    release are judged as ever."""
+    placeholder (acknowledged data) stops the fold (LogForked, tests/log/test_hole_attacks.py),
+    whether the fold would take it or not; a claim, a tick and a release are judged as
+    ever."""
     from ctp_state.entries import Reconcile
     from ctp_state.errors import EntryForked, LogForked
 
@@ -237,7 +237,9 @@ def test_a_claim_holders_forked_entry_has_no_effect_and_other_kinds_are_judged_a
         assert isinstance(out.rejected, EntryForked) and "has no effect" in str(out.rejected)
         assert out.state == sm.evolve(st, applied_offset=at)
         assert sm.apply(st, at, entry).rejected is None  # the same entry, not forked: applied
-    assert sm.apply(s, 3, ph(1), forked=True).accepted
+    assert sm.apply(s, 3, ph(1)).accepted
+    with pytest.raises(LogForked, match="placeholder at log offset 3"):
+        sm.apply(s, 3, ph(1), forked=True)
     moved, _ = fold(Init(1), ph(3), ph(5))  # the window moved past epoch 1
     assert sm.apply(moved, 3, ph(1)).rejected is not None  # refused, where the log is one
     with pytest.raises(LogForked, match="placeholder at log offset 3"):
