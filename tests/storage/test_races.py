@@ -87,7 +87,11 @@ def test_the_races_catch_a_create_if_absent_that_is_a_plain_put(store, subproces
     create_topic(store, "race", 1)
     per, procs = 12, 4
     results = race(env, procs, "append", "race", "0", str(per))
-    claimed = [o for r in results for o, _, accepted in r if accepted]
-    assert len(claimed) == per * procs  # every appender was told "accepted"...
+    stopped = [r for r in results if r and r[-1] == "forked"]
+    claimed = [item[0] for r in results for item in r if item != "forked" and item[2]]
+    # every appender was told "accepted" (or, reading a log whose entries were overwritten
+    # under it, stopped on the fork: LogForked, a placeholder after another entry than
+    # the one it was written after)...
+    assert len(claimed) + sum(per - (len(r) - 1) for r in stopped) == per * procs
     assert len(set(claimed)) < len(claimed)  # ...for offsets that others were told too
-    assert len(list(plog(store, "race", 0).entries())) < 1 + per * procs  # entries lost
+    assert len(list(plog(store, "race", 0).entries())) < 1 + len(claimed)  # entries lost
