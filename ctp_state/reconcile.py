@@ -255,9 +255,8 @@ def _tick(
     after it, so M could pass the placeholder kept behind the hole. After the create,
     anything past the tick is seen: a producer's placeholder written right after it is
     read into the state the run reports (so the GC reads the log), a placeholder kept
-    behind a hole the tick filled stops the read (``LogForked`` where the fold would
-    refuse it), a gap is a ``LogGap``; either is reported, and the GC keeps the state it
-    had from before the tick. (docs/design.md section 14.)"""
+    behind a hole the tick filled stops the read (``LogForked``), a gap is a ``LogGap``;
+    either is reported, and the GC reads that log. (docs/design.md section 14.)"""
     tp = (s.topic, s.partition)
     log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id, probe=True, list_before_create=False)
 
@@ -291,7 +290,7 @@ def _past_tick(store: ObjectStore, log: PartitionLog, offset: int, state: sm.Par
     one page of a listing after the key, each entry there read and folded (from the
     tick's own bytes: a placeholder that names another entry before it is forked).
     Raises :class:`LogGap` when the listing skips an offset, :class:`LogForked` for a
-    forked placeholder the fold would refuse."""
+    forked placeholder."""
     page = list(itertools.islice(store.list(log.prefix, start_after=log.key(offset)), 1000))
     if not page:
         return state
