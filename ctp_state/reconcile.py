@@ -35,7 +35,6 @@ run's reports and summary in :mod:`ctp_state.reconcile_report`, its thread pool 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import threading
@@ -47,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ctp_state import crashpoints, layout, state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile, Tick
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.errors import ClaimHeld, CorruptData, CtpError, LogGap, ObjectNotFound, OutcomeUnknown, Rejected
+from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
 from ctp_state.gc.history import newest_pack
 from ctp_state.l1 import L1Build, L1File, build_file
 from ctp_state.parallel import collector_paused, pmap, write_threads
@@ -277,30 +276,16 @@ def _tick(
         reports.set(tp, status=verdict_status(out.rejected), reason=str(out.rejected))
         return
     try:
-        state = _past_tick(store, log, appended.offset, out.state)
+        # what is past the tick: one listing from it, each entry there read (a key the
+        # listing skipped while the log grew is read by itself; only an absent one is a
+        # gap), folded from the tick's own bytes (a placeholder naming another is forked)
+        listing = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id, write_snapshots=False)
+        state = listing.catch_up(out.state, vouched=True)
     except CtpError as e:
         reports.set(tp, status="error", reason=f"after its tick at log offset {appended.offset}: {e}")
         return
     reports.set(tp, status="advanced")
     reports.observe(state)
-
-
-def _past_tick(store: ObjectStore, log: PartitionLog, offset: int, state: sm.PartitionState) -> sm.PartitionState:
-    """``state`` (the log through the tick at ``offset``) with whatever is past the tick:
-    one page of a listing after the key, each entry there read and folded (from the
-    tick's own bytes: a placeholder that names another entry before it is forked).
-    Raises :class:`LogGap` when the listing skips an offset, :class:`LogForked` for a
-    forked placeholder."""
-    page = list(itertools.islice(store.list(log.prefix, start_after=log.key(offset)), 1000))
-    if not page:
-        return state
-    expected = offset + 1
-    for info in page:
-        found = layout.log_offset_of(info.key, log.prefix)
-        if found != expected:
-            raise LogGap(info.key, expected, found)
-        expected += 1
-    return log.catch_up(state, vouched=True)
 
 
 def _skip_still_lost(store: ObjectStore, todo: list[sm.PartitionState], reports: Reports) -> list[sm.PartitionState]:
