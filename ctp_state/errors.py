@@ -233,6 +233,22 @@ class LogRewound(Rejected):
         )
 
 
+class WriterStateLost(Rejected):
+    """A writer lost a race to an entry written after another entry than the one the
+    writer's state ends at: the store lost the writer's newest entry and another took
+    its slot, so the writer's state is not the log's. Nothing was written; its next
+    write reads the log afresh (docs/design.md section 14)."""
+
+    code = "writer_state_lost"
+
+    def __init__(self, topic: str, partition: int, offset: int):
+        self.topic, self.partition, self.offset = topic, partition, offset
+        super().__init__(
+            f"{topic}/{partition}: the log no longer holds the entry at offset {offset} this writer's state ends "
+            "at (the store lost it and another entry took its place); nothing was written: write again"
+        )
+
+
 class StaleClusterEpoch(Rejected):
     """R1/R2: the epoch is older than the partition accepts; refresh it and retry."""
 

@@ -318,10 +318,20 @@ class LogReader:
             yield _item(offset, data, key)
             offset += 1
 
-    def catch_up(self, state: sm.PartitionState, *, reach: bool = False, vouched: bool = False) -> sm.PartitionState:
+    def catch_up(
+        self, state: sm.PartitionState, *, reach: bool = False, vouched: bool = False, own: bool = False
+    ) -> sm.PartitionState:
         """Apply every entry after ``state.applied_offset`` (with ``reach``, first check
         the log still holds the entry the state ends at, with its bytes: :meth:`_vouched`;
         ``vouched``: the caller did).
+
+        ``own``: ``state`` is a writer's own, which lost a race at the offset after it.
+        The entry that won names (``prev``) the entry it was written after; if that is
+        not the entry the writer's state ends at, the writer's state is not the log's
+        (the store lost the writer's newest entry and another took its slot) and
+        its append is refused (:class:`~ctp_state.errors.WriterStateLost`): folding the log onto it would keep the lost entry
+        (its producer sequence, its window) in the writer's state, and the writer would
+        acknowledge by a fold no reader shares. No request: the bytes are read anyway.
 
         Each entry is applied as *forked* when it names (``prev``) another entry than the
         one before it in the log (:func:`ctp_state.state.apply`): known from the bytes
@@ -339,6 +349,8 @@ class LogReader:
         last = None
         before = state.last_crc if reach or vouched else None
         for offset, entry, crc, prev in self._read(state.applied_offset):
+            if own and last is None and None not in (prev, state.last_crc) and prev != state.last_crc:
+                raise NotVouched(state.applied_offset, f"the entry at {offset} follows another entry")
             forked = prev is not None and before is not None and prev != before
             state = sm.apply(state, offset, entry, forked=forked).state
             last, before = (offset, crc), crc

@@ -46,6 +46,7 @@ from ctp_state.errors import (
     ObjectNotFound,
     OutcomeUnknown,
     StoreError,
+    WriterStateLost,
 )
 from ctp_state.log_reader import (
     DEFAULT_SNAPSHOT_EVERY as DEFAULT_SNAPSHOT_EVERY,
@@ -170,18 +171,22 @@ class PartitionLog(LogReader):
             return True
 
         def after_loss(_offset: int) -> int:
-            current["state"] = self.catch_up(current["state"])  # the entry that won, and any after it
+            # the entry that won, and any after it -- if it follows this writer's state
+            current["state"] = self.catch_up(current["state"], own=True)
             return current["state"].applied_offset + 1
 
-        offset = create_next(
-            self.store,
-            state.applied_offset + 1,
-            build,
-            after_loss=after_loss,
-            what=f"append to {self.topic}/{self.partition}",
-            attempts=self.max_attempts,
-            create=create,
-        )
+        try:
+            offset = create_next(
+                self.store,
+                state.applied_offset + 1,
+                build,
+                after_loss=after_loss,
+                what=f"append to {self.topic}/{self.partition}",
+                attempts=self.max_attempts,
+                create=create,
+            )
+        except NotVouched as e:  # (nothing of this writer's landed: it lost every race it ran)
+            raise WriterStateLost(self.topic, self.partition, e.offset) from None
         entry, data = built[offset]
         outcome = sm.apply(current["state"], offset, entry)
         outcome = replace(outcome, state=sm.evolve(outcome.state, last_entry=(offset, codec.crc32c(data))))

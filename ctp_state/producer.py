@@ -37,12 +37,14 @@ from ctp_state.epoch import ClusterEpoch, EpochCache
 from ctp_state.errors import (
     CtpError,
     IncarnationDeleted,
+    LogRewound,
     OutcomeUnknown,
     OutOfOrderSequence,
     PartitionSealed,
     Rejected,
     SequenceConflict,
     UnverifiableDuplicate,
+    WriterStateLost,
 )
 from ctp_state.fence import EpochFence
 from ctp_state.l0 import ChunkRef, Record, build_object
@@ -117,7 +119,11 @@ class PartitionWriter:
         with self.fence.fence(ph.epoch), self._append_lock:
             if self.producer_id is not None:
                 ph = msgspec.structs.replace(ph, producer_id=self.producer_id, sequence=self.next_seq)
-            appended = self.log.append(self._get_state(), lambda s: ph)
+            try:
+                appended = self.log.append(self._get_state(), lambda s: ph)
+            except (LogRewound, WriterStateLost):
+                self._state = None  # not the log's: the next append reads it afresh
+                raise
             self._install(appended.outcome.state)
             if self.producer_id is not None:
                 self._follow_sequence(appended.outcome, ph.record_count)

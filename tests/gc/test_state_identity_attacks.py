@@ -208,3 +208,47 @@ def test_a_resend_stalled_after_its_check_puts_back_no_bytes_a_pack_names(store,
         with pytest.raises(StateUnreadable, match="was written after another entry"):
             run_gc(store, gate=gate, config=GcSettings())
         assert all(store.head(key) is not None for key in kept)
+
+
+def test_a_writer_whose_newest_entry_was_lost_acknowledges_nothing_by_its_own_fold(store, gate):
+    """Found by a seventh review. Producer Y writes Y0 at 1 and Y1 at 2; the store loses
+    Y1 (the log's newest entry: a lost suffix); producer X lands X1 at 2 and X2 at 3.
+    Y's next create, at 3, loses its race, and Y used to catch up by folding X2 onto its
+    *own* state -- which still held the lost Y1 -- and acknowledge Y2 at 4 by that fold:
+    every reader of the log refuses Y2 (its producer sequence follows Y1, which the log
+    does not hold), and its L0 object went with the next GC. X2 names X1, not Y1: the
+    writer's state is not the log's, and Y2 is refused to Y (nothing written; its next
+    write reads the log afresh)."""
+    create_topic(store, "t", 1)
+    ClusterEpoch(store).advance()
+    y = Producer(store, epoch_ttl_s=0)
+    assert y.write([(("t", 0), [Record(b"Y0", b"k", 1000)])])[0].accepted  # 1
+    assert y.write([(("t", 0), [Record(b"Y1", b"k", 1001)])])[0].accepted  # 2
+    log = plog(store, "t", 0, write_snapshots=False)
+    store.delete_many([log.key(2)])  # Y1: the log's newest entry
+    x = Producer(store, epoch_ttl_s=0)
+    assert x.write([(("t", 0), [Record(b"X1", b"k", 1002)])])[0].accepted  # 2
+    assert x.write([(("t", 0), [Record(b"X2", b"k", 1003)])])[0].accepted  # 3
+    v = y.write([(("t", 0), [Record(b"Y2", b"k", 1004)])])[0]  # its create at 3 loses the race
+    assert not v.accepted and v.reason == "writer_state_lost" and "the store lost it" in str(v.error), v
+    assert log.read_state().applied_offset == 3  # nothing of Y2's was written
+    # (the store lost part of Y's producer sequence: R8 refuses Y's id from here on, as
+    # for any producer whose batch the store lost; a producer with a new id goes on)
+    z = Producer(store, epoch_ttl_s=0).write([(("t", 0), [Record(b"Z", b"k", 1005)])])[0]
+    assert z.accepted and z.base_offset == 3, z.error
+    for _ in range(3):
+        epoch(store, gate)
+    # (Y1 was lost by the store; everything acknowledged after it is read once, from L1)
+    assert_exactly_once(
+        store,
+        "t",
+        {
+            0: [
+                Record(b"Y0", b"k", 1000),
+                Record(b"X1", b"k", 1002),
+                Record(b"X2", b"k", 1003),
+                Record(b"Z", b"k", 1005),
+            ]
+        },
+        all_in_l1=True,
+    )
