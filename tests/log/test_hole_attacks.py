@@ -259,3 +259,28 @@ def test_a_tick_that_fills_a_hole_already_there_stops_the_log_and_keeps_the_lost
         run_gc(store, gate=gate, config=GcSettings())
     _every_reader_stops_and_nothing_is_deleted(store, gate, log, k + 1, q)
     assert store.head(p.l0_key) is not None
+
+
+def test_a_lost_claim_refilled_by_a_producer_from_its_cache_is_named_by_verify(store):
+    """A seventh review: producer Y writes A (1), a reconcile claims (2) and commits (3),
+    the store loses the claim, and Y, within its recheck window (its cached state ends at
+    1), writes P into slot 2. The commit behind it names the lost claim: it is forked
+    and has no effect, and no placeholder is behind the hole to stop the fold. Every
+    stored state (the snapshot, the GC's pack) ends at the commit, whose bytes are
+    unchanged, so readers starting from one never see P -- the case docs/design.md
+    section 14 leaves open. ``ctp verify`` replays the log from its start: it names the
+    forked commit and the snapshot that disagrees with the replay."""
+    create_topic(store, "t", 1)
+    ClusterEpoch(store).advance()
+    y = Producer(store, epoch_ttl_s=0)
+    assert y.write([(("t", 0), [Record(b"A", b"k", 1000)])])[0].accepted  # 1
+    assert run_reconcile(store).partitions_reconciled == 1  # claim 2, commit 3, a snapshot at 3
+    log = plog(store, "t", 0, write_snapshots=False)
+    store.delete_many([log.key(2)])
+    assert y.write([(("t", 0), [Record(b"P", b"k", 1001)])])[0].accepted  # into slot 2
+    assert isinstance(en.decode(store.get(log.key(2)), log.key(2)), Placeholder)
+    check = verify_partition(store, "t", 0)
+    errors = [f.what for f in check.findings if f.severity == "error"]
+    assert any("entry at log offset 3 was written after an entry the log no longer holds" in w for w in errors), errors
+    assert any("disagrees with a replay of the log at offset 3" in w for w in errors), errors
+    assert not check.ok
