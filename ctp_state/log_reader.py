@@ -329,9 +329,11 @@ class LogReader:
         The entry that won names (``prev``) the entry it was written after; if that is
         not the entry the writer's state ends at, the writer's state is not the log's
         (the store lost the writer's newest entry and another took its slot) and
-        its append is refused (:class:`~ctp_state.errors.WriterStateLost`): folding the log onto it would keep the lost entry
-        (its producer sequence, its window) in the writer's state, and the writer would
-        acknowledge by a fold no reader shares. No request: the bytes are read anyway.
+        :class:`NotVouched` is raised (the append is refused:
+        :class:`~ctp_state.errors.WriterStateLost`): folding the log onto that state
+        would keep the lost entry (its producer sequence, its window) in it, and the
+        writer would acknowledge by a fold no reader shares. No request: the bytes are
+        read anyway.
 
         Each entry is applied as *forked* when it names (``prev``) another entry than the
         one before it in the log (:func:`ctp_state.state.apply`): known from the bytes

@@ -21,6 +21,7 @@ must never share one, unless one re-sends exactly what the other sent, in order
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import uuid
@@ -37,7 +38,6 @@ from ctp_state.epoch import ClusterEpoch, EpochCache
 from ctp_state.errors import (
     CtpError,
     IncarnationDeleted,
-    LogRewound,
     OutcomeUnknown,
     OutOfOrderSequence,
     PartitionSealed,
@@ -121,8 +121,11 @@ class PartitionWriter:
                 ph = msgspec.structs.replace(ph, producer_id=self.producer_id, sequence=self.next_seq)
             try:
                 appended = self.log.append(self._get_state(), lambda s: ph)
-            except (LogRewound, WriterStateLost):
-                self._state = None  # not the log's: the next append reads it afresh
+            except WriterStateLost:
+                # Not the log's: read it afresh now (never left unset: a fence that
+                # loads a missing state waits for this lock while holding its own).
+                with contextlib.suppress(CtpError, OSError):  # (else the next append finds out again)
+                    self._install(self.log.read_state())
                 raise
             self._install(appended.outcome.state)
             if self.producer_id is not None:

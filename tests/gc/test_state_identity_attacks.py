@@ -232,6 +232,7 @@ def test_a_writer_whose_newest_entry_was_lost_acknowledges_nothing_by_its_own_fo
     v = y.write([(("t", 0), [Record(b"Y2", b"k", 1004)])])[0]  # its create at 3 loses the race
     assert not v.accepted and v.reason == "writer_state_lost" and "the store lost it" in str(v.error), v
     assert log.read_state().applied_offset == 3  # nothing of Y2's was written
+    assert y.writer("t", 0).state.last_entry == log.read_state().last_entry  # Y holds the log's state now
     # (the store lost part of Y's producer sequence: R8 refuses Y's id from here on, as
     # for any producer whose batch the store lost; a producer with a new id goes on)
     z = Producer(store, epoch_ttl_s=0).write([(("t", 0), [Record(b"Z", b"k", 1005)])])[0]
