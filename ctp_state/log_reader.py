@@ -71,10 +71,11 @@ SNAPSHOTS_SET_ASIDE = _Counter()
 
 
 class NotVouched(Exception):
-    """The log does not hold the entry a stored state ends at (``why``: absent, or other bytes)."""
+    """The log does not hold the entry a stored state ends at (``why``; ``absent``: no
+    entry there at all -- a removed log -- rather than other bytes: a store that lost it)."""
 
-    def __init__(self, offset: int, why: str):
-        self.offset, self.why = offset, why
+    def __init__(self, offset: int, why: str, *, absent: bool = False):
+        self.offset, self.why, self.absent = offset, why, absent
 
 
 def _item(offset: int, data: bytes, key: str) -> tuple[int, Entry, int, int | None]:
@@ -231,7 +232,7 @@ class LogReader:
         try:
             data = self.store.get(self.key(offset))
         except ObjectNotFound:
-            raise NotVouched(offset, "no entry") from None
+            raise NotVouched(offset, "no entry", absent=True) from None
         why = self.unvouched(state, data)
         if why is not None:
             raise NotVouched(offset, why)

@@ -135,7 +135,7 @@ class PartitionLog(LogReader):
             try:
                 state = self.catch_up(state, reach=True)
             except NotVouched as e:
-                raise LogRewound(self.topic, self.partition, e.offset) from None
+                raise self._not_the_logs(e) from None
         self._seen_at = time.monotonic()
         current = {"state": state}
         built: dict[int, tuple[Entry, bytes]] = {}
@@ -186,11 +186,18 @@ class PartitionLog(LogReader):
                 create=create,
             )
         except NotVouched as e:  # (nothing of this writer's landed: it lost every race it ran)
-            raise WriterStateLost(self.topic, self.partition, e.offset) from None
+            raise self._not_the_logs(e) from None
         entry, data = built[offset]
         outcome = sm.apply(current["state"], offset, entry)
         outcome = replace(outcome, state=sm.evolve(outcome.state, last_entry=(offset, codec.crc32c(data))))
         return Appended(offset, outcome)  # no snapshot: this entry was never read back (see catch_up)
+
+    def _not_the_logs(self, e: NotVouched) -> LogRewound | WriterStateLost:
+        """Why an append is refused when the log does not hold the entry the writer's
+        state ends at: no entry there -- the log was removed with its topic -- or another
+        entry there -- the store lost the writer's and another took its slot (the writer
+        reads the log afresh). Nothing was written either way."""
+        return (LogRewound if e.absent else WriterStateLost)(self.topic, self.partition, e.offset)
 
     def _create(self, key: str, sends: Callable[[int], bytes], offset: int, after: sm.PartitionState) -> bytes | None:
         """Create ``key`` holding ``sends(0)`` (an entry built on ``after``, the state it

@@ -253,3 +253,25 @@ def test_a_writer_whose_newest_entry_was_lost_acknowledges_nothing_by_its_own_fo
         },
         all_in_l1=True,
     )
+
+
+def test_a_writer_that_rechecks_a_replaced_entry_is_told_the_store_lost_it_not_that_the_topic_went(store, gate):
+    """The same lost entry found by a writer's recheck (its view older than
+    ``recheck_after_s``): the entry its state ends at holds another producer's bytes.
+    That is the store losing an entry, not the topic deleted (an absent log): the write
+    is refused as ``writer_state_lost`` and the writer reads the log afresh, where it
+    used to be refused as ``topic_deleted`` -- which made a producer forget the topic,
+    and a ``ctp produce`` run bound to it refuse the rest of its input as deleted."""
+    create_topic(store, "t", 1)
+    ClusterEpoch(store).advance()
+    y = Producer(store, epoch_ttl_s=0)
+    assert y.write([(("t", 0), [Record(b"Y0", b"k", 1000)])])[0].accepted  # 1
+    assert y.write([(("t", 0), [Record(b"Y1", b"k", 1001)])])[0].accepted  # 2
+    log = plog(store, "t", 0, write_snapshots=False)
+    store.delete_many([log.key(2)])
+    assert Producer(store, epoch_ttl_s=0).write([(("t", 0), [Record(b"X1", b"k", 1002)])])[0].accepted  # 2
+    y.writer("t", 0).log.recheck_after_s = 0  # (its view is old: it checks before it appends)
+    v = y.write([(("t", 0), [Record(b"Y2", b"k", 1003)])])[0]
+    assert not v.accepted and v.reason == "writer_state_lost", v
+    assert log.read_state().applied_offset == 2  # nothing written
+    assert y.writer("t", 0).state.last_entry == log.read_state().last_entry
