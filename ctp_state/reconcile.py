@@ -26,11 +26,11 @@ follow only committed keys, so a file written before a crash and never committed
 orphan for the GC, never a duplicate. A partition whose chunk is corrupt or missing is
 quarantined: nothing is committed for it and its M(p) stays where it was.
 
-Why one module of about 440 lines: it is one run, its steps in the order above, so the
-order the crash-safety argument rests on (build before commit, commit before release)
-reads from top to bottom; the Spark side of step 4 lives in :mod:`ctp_state.spark`, the
-run's reports and summary in :mod:`ctp_state.reconcile_report`, its thread pool in
-:mod:`ctp_state.parallel`.
+One run, its steps in the order above, so the order the crash-safety argument rests on
+(build before commit, commit before release) reads from top to bottom; an idle
+partition's tick (step 2) lives in :mod:`ctp_state.reconcile_tick`, the Spark side of
+step 4 in :mod:`ctp_state.spark`, the run's reports and summary in
+:mod:`ctp_state.reconcile_report`, its thread pool in :mod:`ctp_state.parallel`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from ctp_state import crashpoints, layout, state as sm
-from ctp_state.entries import AccessMode, Advance, Reconcile, Tick
+from ctp_state.entries import AccessMode, Advance, Reconcile
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
 from ctp_state.gc.history import newest_pack
@@ -52,6 +52,7 @@ from ctp_state.l1 import L1Build, L1File, build_file
 from ctp_state.parallel import collector_paused, pmap, write_threads
 from ctp_state.partition_log import PartitionLog
 from ctp_state.reconcile_report import Reports, summarize, verdict_status
+from ctp_state.reconcile_tick import advance_due, tick, tick_due
 from ctp_state.records import ReconcileSummary
 from ctp_state.settings import ReconcileSettings
 from ctp_state.status import reconcile_summaries, select_topics, try_read_partition_states
@@ -185,11 +186,11 @@ def run_reconcile(
     todo = [s for s in states if needs_work(s, c, config.idle_lag)]
     todo = _skip_still_lost(store, todo, reports)
     pmap(
-        lambda s: _tick(store, c, config, owner, s, reports),
-        [s for s in todo if _tick_due(s, c, config)],
+        lambda s: tick(store, c, config, owner, s, reports),
+        [s for s in todo if tick_due(s, c, config)],
         write_threads(store, config),
     )
-    todo = [s for s in todo if not _tick_due(s, c, config)]
+    todo = [s for s in todo if not tick_due(s, c, config)]
 
     # 2. claims
     mode = AccessMode.WAIT_FOR_EXCLUSIVE if config.claim_wait_s > 0 else AccessMode.EXCLUSIVE
@@ -225,67 +226,6 @@ def run_reconcile(
 
     summary = summarize(run_id, started_ms, c, config, reports)
     return reconcile_summaries(store).append(lambda seq: summary)
-
-
-class _NoLongerIdle(Exception):
-    """The partition changed before its tick landed: nothing is written."""
-
-
-def _tick_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:
-    """R6 by a ``tick``: idle, caught up, due, behind C, and no claim held on it (a
-    partition with holders, live or lapsed, takes the claim path)."""
-    return s.initialized and not s.holders and _advance_due(s, c, config) and c > s.min_epoch_lower_bound  # type: ignore[operator]
-
-
-def _tick(
-    store: ObjectStore, c: int, config: ReconcileSettings, owner: str, s: sm.PartitionState, reports: Reports
-) -> None:
-    """One idle partition's advance in one entry (:class:`~ctp_state.entries.Tick`): a
-    claim, an advance and a release in one object write, and no snapshot after it (the
-    tail grew by one entry; the next reader that finds it long enough leaves one). If
-    the log moved since the run read it (a producer's placeholder, a claim), the entry is
-    rebuilt from the fresh state, or not written at all once the partition is no
-    longer idle and free: the next run sees it.
-
-    Its one page of a listing is taken *after* the create, not before it as other
-    writes do (the same one request): a listing before is a check with a window, and a
-    hole that forms in it (the store losing an entry in the middle, keeping the ones
-    after it) takes the tick -- which the GC folds from its pack without reading the key
-    after it, so M could pass the placeholder kept behind the hole. After the create,
-    anything past the tick is seen: a producer's placeholder written right after it is
-    read into the state the run reports (so the GC reads the log), a placeholder kept
-    behind a hole the tick filled stops the read (``LogForked``), a gap is a ``LogGap``;
-    either is reported, and the GC reads that log. (docs/design.md section 14.)"""
-    tp = (s.topic, s.partition)
-    log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id, probe=True, list_before_create=False)
-
-    def make(fresh: sm.PartitionState) -> Tick:
-        if not _tick_due(fresh, c, config):
-            raise _NoLongerIdle
-        return Tick(c, fresh.writer_epoch + 1, owner)
-
-    try:
-        appended = log.append(s, make)
-    except _NoLongerIdle:
-        return
-    except CtpError as e:
-        reports.set(tp, status="error", reason=f"tick failed: {e}")
-        return
-    out = appended.outcome
-    if out.rejected is not None:
-        reports.set(tp, status=verdict_status(out.rejected), reason=str(out.rejected))
-        return
-    try:
-        # what is past the tick: one listing from it, each entry there read (a key the
-        # listing skipped while the log grew is read by itself; only an absent one is a
-        # gap), folded from the tick's own bytes (a placeholder naming another is forked)
-        listing = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id, write_snapshots=False)
-        state = listing.catch_up(out.state, vouched=True)
-    except CtpError as e:
-        reports.set(tp, status="error", reason=f"after its tick at log offset {appended.offset}: {e}")
-        return
-    reports.set(tp, status="advanced")
-    reports.observe(state)
 
 
 def _skip_still_lost(store: ObjectStore, todo: list[sm.PartitionState], reports: Reports) -> list[sm.PartitionState]:
@@ -405,7 +345,7 @@ def _build_and_commit(
                 # the separate release runs, or it is left for the next run).
                 then = sm.apply(st, st.applied_offset + 1, entry(st))
                 release = (
-                    None if bad is None and then.rejected is None and _advance_due(then.state, c, config) else owner
+                    None if bad is None and then.rejected is None and advance_due(then.state, c, config) else owner
                 )
                 out = log.append(st, lambda fresh: entry(fresh, release)).outcome
                 if out.rejected is not None:
@@ -425,7 +365,7 @@ def _build_and_commit(
                 if bad is not None:
                     reports.set(tp, status="quarantined", reason=bad.error, key=bad.l0_key)
                     return
-            if not released_by_entry and _advance_due(st, c, config):
+            if not released_by_entry and advance_due(st, c, config):
                 out = log.append(st, lambda _s: Advance(c, writer_epoch, owner)).outcome
                 if out.rejected is None:
                     st = out.state
@@ -452,9 +392,3 @@ def _build_and_commit(
                 on_progress("commit", done[0], len(claimed))
 
     pmap(commit, list(enumerate(claimed)), write_threads(store, config))
-
-
-def _advance_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:
-    """R6: ``s`` is caught up and its lower bound trails C by ``idle_lag`` or more."""
-    assert s.min_epoch_lower_bound is not None and s.max_applied_epoch is not None  # claimed: initialized
-    return not s.pending and c - s.min_epoch_lower_bound >= config.idle_lag and c >= s.max_applied_epoch
