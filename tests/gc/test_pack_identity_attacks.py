@@ -19,7 +19,6 @@ import time
 
 import pytest
 
-from ctp_state import reconcile as rc
 from ctp_state.entries import Placeholder, Tick
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import GateFailed
@@ -28,6 +27,7 @@ from ctp_state.gc.history import newest_pack
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
+from ctp_state.reconcile_tick import tick_due
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.support import CountingStore, assert_exactly_once, plog
@@ -58,7 +58,7 @@ def lose_the_tick_under_a_stalled_create(store, gate, monkeypatch):
     for _ in range(4):  # C moves until the partition is due a tick (no reconcile yet)
         c = ClusterEpoch(store).advance()
         st = log.read_state()
-        if rc._tick_due(st, c, cfg):
+        if tick_due(st, c, cfg):
             break
     else:
         raise AssertionError("the partition never came due a tick")
