@@ -33,8 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import great_expectations as gx
-import great_expectations.expectations as gxe
+from expectations.gx_import import gx, gxe
 
 MISSING = "either_value_is_missing"
 
