@@ -135,7 +135,7 @@ def _context(site_dir: str) -> Any:
         ProgressBarsConfig,
     )
 
-    from expectations.views import SECTION_VIEWS
+    from expectations.views import section_views
 
     config = DataContextConfig(
         store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
@@ -144,7 +144,7 @@ def _context(site_dir: str) -> Any:
                 "class_name": "SiteBuilder",
                 "show_how_to_buttons": False,
                 "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": site_dir},
-                "site_section_builders": SECTION_VIEWS,
+                "site_section_builders": section_views(),
             }
         },
         analytics_enabled=False,

@@ -55,8 +55,10 @@ class CachedJinjaPageView(DefaultJinjaPageView):  # type: ignore[misc]
         self.env.bytecode_cache = bytecode_cache()
 
 
-#: The section views of the gate's Data Docs site (GX's ``site_section_builders``).
-SECTION_VIEWS = {
-    section: {"view": {"module_name": __name__, "class_name": CachedJinjaPageView.__name__}}
-    for section in ("expectations", "validations")
-}
+def section_views() -> dict[str, Any]:
+    """The section views of the gate's Data Docs site (GX's ``site_section_builders``),
+    a fresh copy for each context GX may change."""
+    return {
+        section: {"view": {"module_name": __name__, "class_name": CachedJinjaPageView.__name__}}
+        for section in ("expectations", "validations")
+    }
