@@ -210,6 +210,19 @@ def test_a_resend_stalled_after_its_check_puts_back_no_bytes_a_pack_names(store,
         assert all(store.head(key) is not None for key in kept)
 
 
+def _producer_whose_newest_entry_the_store_lost(store):
+    """Producer Y acknowledged Y0 at 1 and Y1 at 2; the store then lost Y1, the log's
+    newest entry (a lost suffix). Y still holds a state that ends at Y1."""
+    create_topic(store, "t", 1)
+    ClusterEpoch(store).advance()
+    y = Producer(store, epoch_ttl_s=0)
+    assert y.write([(("t", 0), [Record(b"Y0", b"k", 1000)])])[0].accepted  # 1
+    assert y.write([(("t", 0), [Record(b"Y1", b"k", 1001)])])[0].accepted  # 2
+    log = plog(store, "t", 0, write_snapshots=False)
+    store.delete_many([log.key(2)])
+    return y, log
+
+
 def test_a_writer_whose_newest_entry_was_lost_acknowledges_nothing_by_its_own_fold(store, gate):
     """Found by a seventh review. Producer Y writes Y0 at 1 and Y1 at 2; the store loses
     Y1 (the log's newest entry: a lost suffix); producer X lands X1 at 2 and X2 at 3.
@@ -219,13 +232,7 @@ def test_a_writer_whose_newest_entry_was_lost_acknowledges_nothing_by_its_own_fo
     does not hold), and its L0 object went with the next GC. X2 names X1, not Y1: the
     writer's state is not the log's, and Y2 is refused to Y (nothing written; its next
     write reads the log afresh)."""
-    create_topic(store, "t", 1)
-    ClusterEpoch(store).advance()
-    y = Producer(store, epoch_ttl_s=0)
-    assert y.write([(("t", 0), [Record(b"Y0", b"k", 1000)])])[0].accepted  # 1
-    assert y.write([(("t", 0), [Record(b"Y1", b"k", 1001)])])[0].accepted  # 2
-    log = plog(store, "t", 0, write_snapshots=False)
-    store.delete_many([log.key(2)])  # Y1: the log's newest entry
+    y, log = _producer_whose_newest_entry_the_store_lost(store)
     x = Producer(store, epoch_ttl_s=0)
     assert x.write([(("t", 0), [Record(b"X1", b"k", 1002)])])[0].accepted  # 2
     assert x.write([(("t", 0), [Record(b"X2", b"k", 1003)])])[0].accepted  # 3
@@ -262,13 +269,7 @@ def test_a_writer_that_rechecks_a_replaced_entry_is_told_the_store_lost_it_not_t
     is refused as ``writer_state_lost`` and the writer reads the log afresh, where it
     used to be refused as ``topic_deleted`` -- which made a producer forget the topic,
     and a ``ctp produce`` run bound to it refuse the rest of its input as deleted."""
-    create_topic(store, "t", 1)
-    ClusterEpoch(store).advance()
-    y = Producer(store, epoch_ttl_s=0)
-    assert y.write([(("t", 0), [Record(b"Y0", b"k", 1000)])])[0].accepted  # 1
-    assert y.write([(("t", 0), [Record(b"Y1", b"k", 1001)])])[0].accepted  # 2
-    log = plog(store, "t", 0, write_snapshots=False)
-    store.delete_many([log.key(2)])
+    y, log = _producer_whose_newest_entry_the_store_lost(store)
     assert Producer(store, epoch_ttl_s=0).write([(("t", 0), [Record(b"X1", b"k", 1002)])])[0].accepted  # 2
     y.writer("t", 0).log.recheck_after_s = 0  # (its view is old: it checks before it appends)
     v = y.write([(("t", 0), [Record(b"Y2", b"k", 1003)])])[0]
