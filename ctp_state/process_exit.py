@@ -19,6 +19,7 @@ write them before this point; nothing buffered is left for the interpreter to fl
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import logging
 import os
 import sys
@@ -62,7 +63,11 @@ def status_of(exit: SystemExit) -> int:
 def run(main: Callable[[], int | None]) -> NoReturn:
     """Run ``main`` (it may return a status or raise ``SystemExit``) and :func:`leave`
     with its status; an uncaught exception prints its traceback and leaves with 1 (130
-    for an interrupt), as the interpreter would."""
+    for an interrupt), as the interpreter would. A fatal signal in native code (a
+    segmentation fault) prints every thread's Python stack on standard error first, so
+    a crash names where it happened."""
+    if not faulthandler.is_enabled():
+        faulthandler.enable()
     try:
         rv = main()
         code = 0 if rv is None else int(rv)

@@ -98,3 +98,26 @@ def test_the_ctp_command_keeps_its_status_and_output_under_an_abort_at_exit(tmp_
     assert r.returncode == 0 and b'"t"' in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
     r = subprocess.run([*ctp, "topic", "delete", "nope"], env=env, capture_output=True, timeout=120)
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].startswith(b"error:"), (r.returncode, r.stderr)
+
+
+def test_a_crash_in_native_code_names_where_it_happened(tmp_path):
+    """A segmentation fault during the work of a process that leaves through ``run`` (a
+    Spark driver under load once exited 139 with nothing on its streams) prints the
+    Python stack of the crash: the status stays the signal's, the stack names the
+    frame."""
+    r = child(
+        """
+        import ctypes
+        from ctp_state.process_exit import run
+
+        def crash_here():
+            ctypes.string_at(0)
+
+        run(crash_here)
+        """,
+        tmp_path,
+        abort=False,
+    )
+    err = r.stderr.decode()
+    assert r.returncode == -11, (r.returncode, err[-2000:])
+    assert "Segmentation fault" in err and "crash_here" in err, err[-2000:]

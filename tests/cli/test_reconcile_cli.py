@@ -51,7 +51,7 @@ def test_quarantine_makes_spark_submit_exit_non_zero(subprocess_env, store):
             assert prod.write([(("t", p), [Record(b"x"), Record(b"y")])])[0].accepted
     bad = corrupt_chunk(store, "t", 1)
     r = spark_submit(subprocess_env)
-    assert r.returncode == 1
+    assert r.returncode == 1, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
     # spark-submit merges the Python driver's stderr into stdout: summary, then the error.
     body, _, last = r.stdout.strip().rpartition("\n")
     summary = json.loads(body)
