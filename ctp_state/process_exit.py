@@ -67,7 +67,10 @@ def run(main: Callable[[], int | None]) -> NoReturn:
     segmentation fault) prints every thread's Python stack on standard error first, so
     a crash names where it happened."""
     if not faulthandler.is_enabled():
-        faulthandler.enable()
+        try:
+            faulthandler.enable()
+        except (AttributeError, ValueError, OSError, RuntimeError):  # no file descriptor behind stderr
+            pass  # a diagnostic never stops the work
     try:
         rv = main()
         code = 0 if rv is None else int(rv)

@@ -121,3 +121,28 @@ def test_a_crash_in_native_code_names_where_it_happened(tmp_path):
     err = r.stderr.decode()
     assert r.returncode == -11, (r.returncode, err[-2000:])
     assert "Segmentation fault" in err and "crash_here" in err, err[-2000:]
+
+
+def test_a_standard_error_without_a_file_descriptor_does_not_stop_the_work(tmp_path):
+    """The crash report needs a file descriptor behind ``sys.stderr``; a process whose
+    stderr is replaced by one without (a host that captures it in memory) still runs
+    and keeps its status."""
+    r = child(
+        """
+        import io, os, sys
+        from ctp_state.process_exit import run
+
+        sys.stderr = io.StringIO()
+
+        def main():
+            with open(os.path.join(os.environ["OUT"], "ran"), "w") as f:
+                f.write("yes")
+            return 3
+
+        run(main)
+        """,
+        tmp_path,
+        abort=False,
+    )
+    assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
+    assert (tmp_path / "ran").read_text() == "yes"
