@@ -25,7 +25,11 @@ timed, with that process's peak RSS:
 - gc_pack: the GC run after it, from its pack: M from the pack's states and the ticks
   the reconcile reported (a GET of each last entry and of each tick, no listing), the
   gate and the records, as every GC between full reads (``partitions_read`` says how
-  many it read from their logs: 0).
+  many it read from their logs: 0);
+- reconcile_quiet: C advanced by one, one reconcile run from that GC's pack: every
+  partition is quiet and none is due, so none is read (one listing of the empty L0
+  root; ``ticked`` and ``not_read`` say how many of each): an idle cluster's
+  reconcile between ticks.
 
 The GC phases also report ``m_inputs_seconds``: from the run's start until C and every
 partition's state are read (its history, the pack, the summaries, the logs or ticks),
@@ -49,7 +53,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-PHASES = ("create", "m", "reconcile", "m_after", "gc", "reconcile_pack", "gc_pack")
+PHASES = ("create", "m", "reconcile", "m_after", "gc", "reconcile_pack", "gc_pack", "reconcile_quiet")
 
 
 def phase(name: str, root: str, partitions: int, topic_size: int) -> dict:
@@ -76,8 +80,9 @@ def phase(name: str, root: str, partitions: int, topic_size: int) -> dict:
         c, views = gather(store)
         d = compute_m(c, views, now_ms=int(time.time() * 1000))  # type: ignore[arg-type]
         out.update(m=d.m, held_by=len(d.held_by), partitions_read=len(views))
-    elif name in ("reconcile", "reconcile_pack"):
-        for _ in range(ReconcileSettings().idle_lag):  # every partition now trails C enough for R6
+    elif name in ("reconcile", "reconcile_pack", "reconcile_quiet"):
+        # every partition now trails C enough for R6; or, between ticks, by one epoch
+        for _ in range(1 if name == "reconcile_quiet" else ReconcileSettings().idle_lag):
             ClusterEpoch(store).advance()
         s = run_reconcile(store)
         out.update(advanced=s.partitions_advanced, reconciled=s.partitions_reconciled, ok=s.ok)

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from ctp_state import validate
 from ctp_state.errors import CorruptData, InvalidRecord, UnsupportedVersion
+from ctp_state.storage import ObjectStore
 
 FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -171,15 +172,51 @@ def read_index(data: bytes, key: str) -> tuple[int, list[ChunkRef]]:
         raise CorruptData(key, "not an L0 object (bad header magic)")
     if data[5] not in SUPPORTED_VERSIONS:
         raise UnsupportedVersion(key, "L0 format", data[5], SUPPORTED_VERSIONS)
-    footer_len, footer_crc, version, magic = TRAILER.unpack(data[-TRAILER.size :])
+    footer_len, footer_crc = _trailer(data[-TRAILER.size :], key)
+    end = len(data) - TRAILER.size
+    if footer_len > end - len(HEADER):
+        raise CorruptData(key, f"L0 footer length {footer_len} exceeds the object")
+    return _footer(data[end - footer_len : end], footer_crc, end - footer_len, key)
+
+
+#: The last bytes of an L0 object :func:`read_footer` asks for first: the footer of an
+#: object of a few hundred chunks, in one request.
+FOOTER_READ = 64 * 1024
+
+
+def read_footer(store: ObjectStore, key: str) -> tuple[int, list[ChunkRef]]:
+    """``(epoch, chunks)`` of the L0 object at ``key`` from its last bytes only: one
+    ranged GET (a second for a footer longer than :data:`FOOTER_READ`). Raises
+    :class:`ObjectNotFound` or :class:`CorruptData` naming the key."""
+    tail, size = store.get_tail(key, FOOTER_READ)
+    if size < len(HEADER) + TRAILER.size or len(tail) < TRAILER.size:
+        raise CorruptData(key, f"L0 object is truncated ({size} bytes)")
+    footer_len, footer_crc = _trailer(tail[-TRAILER.size :], key)
+    end = size - TRAILER.size
+    if footer_len > end - len(HEADER):
+        raise CorruptData(key, f"L0 footer length {footer_len} exceeds the object")
+    if footer_len + TRAILER.size > len(tail):
+        tail = store.get_range(key, end - footer_len, footer_len + TRAILER.size)
+        if len(tail) != footer_len + TRAILER.size:
+            raise CorruptData(key, "L0 object changed size while its footer was read")
+    return _footer(
+        tail[len(tail) - TRAILER.size - footer_len : len(tail) - TRAILER.size], footer_crc, end - footer_len, key
+    )
+
+
+def _trailer(trailer: bytes, key: str) -> tuple[int, int]:
+    """The footer's length and CRC32C from an L0 object's last ``TRAILER.size`` bytes."""
+    footer_len, footer_crc, version, magic = TRAILER.unpack(trailer)
     if magic != TRAILER_MAGIC:
         raise CorruptData(key, "L0 object is truncated or damaged (bad trailer magic)")
     if version not in SUPPORTED_VERSIONS:
         raise UnsupportedVersion(key, "L0 format", version, SUPPORTED_VERSIONS)
-    end = len(data) - TRAILER.size
-    if footer_len > end - len(HEADER):
-        raise CorruptData(key, f"L0 footer length {footer_len} exceeds the object")
-    footer = data[end - footer_len : end]
+    return footer_len, footer_crc
+
+
+def _footer(footer: bytes, footer_crc: int, chunks_end: int, key: str) -> tuple[int, list[ChunkRef]]:
+    """The epoch and chunks a footer (checked against its CRC32C) names; every chunk
+    must lie between the header and ``chunks_end`` (where the footer starts)."""
     if crc32c(footer) != footer_crc:
         raise CorruptData(key, "L0 footer CRC32C mismatch")
     try:
@@ -189,6 +226,6 @@ def read_index(data: bytes, key: str) -> tuple[int, list[ChunkRef]]:
     except (ValueError, KeyError, TypeError) as e:
         raise CorruptData(key, f"L0 footer is malformed: {e}") from None
     for ref in refs:
-        if ref.byte_offset < len(HEADER) or ref.byte_offset + ref.byte_length > end - footer_len:
+        if ref.byte_offset < len(HEADER) or ref.byte_offset + ref.byte_length > chunks_end:
             raise CorruptData(key, f"chunk for {ref.topic}/{ref.partition} lies outside the object")
     return epoch, refs

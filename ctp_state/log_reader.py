@@ -220,6 +220,11 @@ class LogReader:
         except ObjectNotFound:
             return None
 
+    def vouch(self, state: sm.PartitionState) -> sm.PartitionState:
+        """``state`` (a stored one: a pack's), if the log vouches for it; else
+        :class:`NotVouched` (:meth:`_vouched`: one GET, no read of the tail after it)."""
+        return self._vouched(state)
+
     def _vouched(self, state: sm.PartitionState) -> sm.PartitionState:
         """``state``, if the log still holds the entry it ends at with the bytes it was
         folded from or written with (one GET; see :meth:`unvouched`). Raises

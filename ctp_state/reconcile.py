@@ -47,12 +47,13 @@ from ctp_state import crashpoints, layout, state as sm
 from ctp_state.entries import AccessMode, Advance, Reconcile
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import ClaimHeld, CorruptData, CtpError, ObjectNotFound, OutcomeUnknown, Rejected
-from ctp_state.gc.history import newest_pack
+from ctp_state.gc.history import PackStates, newest_pack
 from ctp_state.l1 import L1Build, L1File, build_file
 from ctp_state.parallel import collector_paused, pmap, write_threads
 from ctp_state.partition_log import PartitionLog
+from ctp_state.reconcile_quiet import plan_reads
 from ctp_state.reconcile_report import Reports, summarize, verdict_status
-from ctp_state.reconcile_tick import advance_due, tick, tick_due
+from ctp_state.reconcile_tick import advance_due, needs_work, tick, tick_due
 from ctp_state.records import ReconcileSummary
 from ctp_state.settings import ReconcileSettings
 from ctp_state.status import reconcile_summaries, select_topics, try_read_partition_states
@@ -76,14 +77,6 @@ START_SNAPSHOT_TAIL = 8
 #: tick) saves about six GETs per idle partition per epoch against 8 (at the price list
 #: of benchmarks/bench_requests.py, a PUT costs 12.5 GETs).
 IDLE_SNAPSHOT_TAIL = 2
-
-
-def needs_work(s: sm.PartitionState, cluster_epoch: int, idle_lag: int) -> bool:
-    """A partition is worth claiming if it has pending placeholders, or if it is idle
-    and its lower bound trails C by ``idle_lag`` or more (R6)."""
-    if not s.initialized:
-        return False
-    return bool(s.pending) or cluster_epoch - s.min_epoch_lower_bound >= idle_lag  # type: ignore[operator]
 
 
 def plan_files(s: sm.PartitionState, target_file_bytes: int, max_bytes: int | None = None) -> list[L1File]:
@@ -163,34 +156,30 @@ def run_reconcile(
     # snapshot: the GC ran after the last reconcile, so an idle partition's state there
     # is its log's end (a GET of that entry and of the next; docs/design.md 14).
     pack = newest_pack(store, reconcile_summaries(store).last()) if wanted else None
-    got, unreadable = try_read_partition_states(
-        store,
-        wanted,
-        threads=max(1, config.threads),
-        snapshot_every=START_SNAPSHOT_TAIL,
-        idle_snapshot_every=IDLE_SNAPSHOT_TAIL,
-        probe=True,
-        bases=pack.states if pack else None,
-    )
-    states = [s for s in got if s is not None]
+    # ... and of the partitions quiet there, only those an L0 object names since, or
+    # whose advance is due (docs/design.md 14: quiet partitions).
+    plan = plan_reads(store, wanted, pack.states if pack else None, c, config)
+    if plan.why_all is not None:
+        logger.info("reading every partition: %s", plan.why_all)
+    else:
+        logger.info(
+            "reading %d partitions; %d quiet ones ticked from the GC's pack, %d not read (nothing written to them)",
+            len(plan.read),
+            len(plan.tick),
+            len(plan.skip),
+        )
     reports = Reports()
-    for s in states:
+    for s in plan.tick + plan.skip:  # (the pack's state; a tick reports what it did)
         reports.start(s.topic, s.partition, m_before=s.m)
         reports.observe(s)
-        if not s.initialized:
-            reports.set(
-                (s.topic, s.partition), status="error", reason="partition has no init entry (finish `ctp topic create`)"
-            )
-    for t, p, why in unreadable:  # the others are reconciled; this one is reported
-        reports.start(t, p, status="error", reason=f"state cannot be read: {why}")
-    todo = [s for s in states if needs_work(s, c, config.idle_lag)]
-    todo = _skip_still_lost(store, todo, reports)
-    pmap(
-        lambda s: tick(store, c, config, owner, s, reports),
-        [s for s in todo if tick_due(s, c, config)],
-        write_threads(store, config),
+    again = pmap(
+        lambda s: tick(store, c, config, owner, s, reports, from_pack=True), plan.tick, write_threads(store, config)
     )
-    todo = [s for s in todo if not tick_due(s, c, config)]
+    redo = [(s.topic, s.partition) for s, read in zip(plan.tick, again) if read]
+    todo = _read_and_tick(store, c, config, owner, plan.read, pack, reports)
+    if redo:  # work landed after the pack's state (read from it), or the log does not vouch for it (not)
+        by_name = {t.name if isinstance(t, Topic) else t: t for t, _ in wanted}
+        todo += _read_and_tick(store, c, config, owner, [(by_name[t], p) for t, p in redo], pack, reports)
 
     # 2. claims
     mode = AccessMode.WAIT_FOR_EXCLUSIVE if config.claim_wait_s > 0 else AccessMode.EXCLUSIVE
@@ -226,6 +215,47 @@ def run_reconcile(
 
     summary = summarize(run_id, started_ms, c, config, reports)
     return reconcile_summaries(store).append(lambda seq: summary)
+
+
+def _read_and_tick(
+    store: ObjectStore,
+    c: int,
+    config: ReconcileSettings,
+    owner: str,
+    jobs: list[tuple[Topic | str, int]],
+    pack: PackStates | None,
+    reports: Reports,
+) -> list[sm.PartitionState]:
+    """Read ``jobs`` (from the pack's states where the log vouches for them, else their
+    snapshots; the tails by GETs), report each, tick the idle ones that are due, and
+    return the others that have work: the ones to claim."""
+    got, unreadable = try_read_partition_states(
+        store,
+        jobs,
+        threads=max(1, config.threads),
+        snapshot_every=START_SNAPSHOT_TAIL,
+        idle_snapshot_every=IDLE_SNAPSHOT_TAIL,
+        probe=True,
+        bases=pack.states if pack else None,
+    )
+    states = [s for s in got if s is not None]
+    for s in states:
+        reports.start(s.topic, s.partition, m_before=s.m)
+        reports.observe(s)
+        if not s.initialized:
+            reports.set(
+                (s.topic, s.partition), status="error", reason="partition has no init entry (finish `ctp topic create`)"
+            )
+    for t, p, why in unreadable:  # the others are reconciled; this one is reported
+        reports.start(t, p, status="error", reason=f"state cannot be read: {why}")
+    todo = [s for s in states if needs_work(s, c, config.idle_lag)]
+    todo = _skip_still_lost(store, todo, reports)
+    pmap(
+        lambda s: tick(store, c, config, owner, s, reports),
+        [s for s in todo if tick_due(s, c, config)],
+        write_threads(store, config),
+    )
+    return [s for s in todo if not tick_due(s, c, config)]
 
 
 def _skip_still_lost(store: ObjectStore, todo: list[sm.PartitionState], reports: Reports) -> list[sm.PartitionState]:

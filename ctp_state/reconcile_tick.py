@@ -12,6 +12,7 @@ from __future__ import annotations
 from ctp_state import state as sm
 from ctp_state.entries import Tick
 from ctp_state.errors import CtpError
+from ctp_state.log_reader import NotVouched
 from ctp_state.partition_log import PartitionLog
 from ctp_state.reconcile_report import Reports, verdict_status
 from ctp_state.settings import ReconcileSettings
@@ -22,6 +23,14 @@ class _NoLongerIdle(Exception):
     """The partition changed before its tick landed: nothing is written."""
 
 
+def needs_work(s: sm.PartitionState, cluster_epoch: int, idle_lag: int) -> bool:
+    """A partition is worth claiming if it has pending placeholders, or if it is idle
+    and its lower bound trails C by ``idle_lag`` or more (R6)."""
+    if not s.initialized:
+        return False
+    return bool(s.pending) or cluster_epoch - s.min_epoch_lower_bound >= idle_lag  # type: ignore[operator]
+
+
 def tick_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:
     """R6 by a ``tick``: idle, caught up, due, behind C, and no claim held on it (a
     partition with holders, live or lapsed, takes the claim path)."""
@@ -29,8 +38,15 @@ def tick_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:
 
 
 def tick(
-    store: ObjectStore, c: int, config: ReconcileSettings, owner: str, s: sm.PartitionState, reports: Reports
-) -> None:
+    store: ObjectStore,
+    c: int,
+    config: ReconcileSettings,
+    owner: str,
+    s: sm.PartitionState,
+    reports: Reports,
+    *,
+    from_pack: bool = False,
+) -> bool:
     """One idle partition's advance in one entry (:class:`~ctp_state.entries.Tick`): a
     claim, an advance and a release in one object write, and no snapshot after it (the
     tail grew by one entry; the next reader that finds it long enough leaves one). If
@@ -46,9 +62,23 @@ def tick(
     anything past the tick is seen: a producer's placeholder written right after it is
     read into the state the run reports (so the GC reads the log), a placeholder kept
     behind a hole the tick filled stops the read (``LogForked``), a gap is a ``LogGap``;
-    either is reported, and the GC reads that log. (docs/design.md section 14.)"""
+    either is reported, and the GC reads that log. (docs/design.md section 14.)
+
+    ``from_pack``: ``s`` is the GC's pack state of a quiet partition, not read this run
+    (:mod:`ctp_state.reconcile_quiet`): first the log must vouch for it (one GET of
+    the entry it ends at, its bytes), and the create is the only look at what is after
+    it. Returns True when the partition must be read after all: the log does not vouch
+    for the state, or something landed after it (a producer's placeholder: work)."""
     tp = (s.topic, s.partition)
     log = PartitionLog(store, s.topic, s.partition, topic_id=s.topic_id, probe=True, list_before_create=False)
+    if from_pack:
+        try:
+            log.vouch(s)
+        except NotVouched:
+            return True
+        except CtpError as e:
+            reports.set(tp, status="error", reason=f"tick failed: {e}")
+            return False
 
     def make(fresh: sm.PartitionState) -> Tick:
         if not tick_due(fresh, c, config):
@@ -58,14 +88,14 @@ def tick(
     try:
         appended = log.append(s, make)
     except _NoLongerIdle:
-        return
+        return from_pack  # (read this run, it waits for the next one)
     except CtpError as e:
         reports.set(tp, status="error", reason=f"tick failed: {e}")
-        return
+        return False
     out = appended.outcome
     if out.rejected is not None:
         reports.set(tp, status=verdict_status(out.rejected), reason=str(out.rejected))
-        return
+        return False
     try:
         # what is past the tick: one listing from it, each entry there read (a key the
         # listing skipped while the log grew is read by itself; only an absent one is a
@@ -74,9 +104,10 @@ def tick(
         state = listing.catch_up(out.state, vouched=True)
     except CtpError as e:
         reports.set(tp, status="error", reason=f"after its tick at log offset {appended.offset}: {e}")
-        return
+        return False
     reports.set(tp, status="advanced")
     reports.observe(state)
+    return False
 
 
 def advance_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:

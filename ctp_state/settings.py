@@ -155,6 +155,14 @@ class ReconcileSettings:
         kind=int,
         minimum=1,
     )
+    quiet_min: int = knob(
+        8,
+        "quiet-min",
+        "With this many partitions or more quiet in the GC's state pack, read only those an L0 object names "
+        "or whose advance is due (fewer: read every partition; docs/design.md 14).",
+        kind=int,
+        minimum=1,
+    )
     lease_ms: int = knob(15 * 60 * 1000, "lease-seconds", "Claim lease (seconds).", unit=1000, above=0)
     claim_wait_s: float = knob(
         0.0,

@@ -128,6 +128,22 @@ def moto() -> Iterator[MotoServer]:
         server.stop()
 
 
+@pytest.fixture(params=["every", "quiet"])
+def both_read_paths(request, monkeypatch) -> str:
+    """Run the module's scenarios on both of the reconciler's read paths: every
+    partition read (a topic smaller than ``quiet_min``, as these tests' are), and the
+    quiet path (``quiet_min`` 1: a partition nothing names is not read, or ticked from
+    the GC's pack; docs/design.md 14). ``run_reconcile``'s default settings are swapped
+    for the run of the test."""
+    if request.param == "quiet":
+        from ctp_state import reconcile
+        from ctp_state.settings import ReconcileSettings
+
+        inner = reconcile.run_reconcile.__wrapped__  # type: ignore[attr-defined]
+        monkeypatch.setitem(inner.__kwdefaults__, "config", ReconcileSettings(quiet_min=1))
+    return str(request.param)
+
+
 @pytest.fixture(params=["file", "s3"])
 def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[tuple[str, dict[str, str]]]:
     """``(url, env)`` for a fresh, empty store on each backend."""

@@ -32,6 +32,9 @@ from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.support import CountingStore, assert_exactly_once, plog
 
+# each scenario on both of the reconciler's read paths (docs/design.md 14: quiet partitions)
+pytestmark = pytest.mark.usefixtures("both_read_paths")
+
 
 def gc(store, gate):
     rec = run_gc(store, gate=gate)

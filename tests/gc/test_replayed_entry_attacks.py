@@ -30,6 +30,9 @@ from ctp_state.topics import create_topic
 from tests.gc.test_state_identity_attacks import epoch, gc
 from tests.support import Wrapped, assert_exactly_once, plog
 
+# each scenario on both of the reconciler's read paths (docs/design.md 14: quiet partitions)
+pytestmark = pytest.mark.usefixtures("both_read_paths")
+
 
 class Crash(BaseException):
     pass

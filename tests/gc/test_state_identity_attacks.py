@@ -35,6 +35,9 @@ from ctp_state.settings import GcSettings
 from ctp_state.topics import create_topic
 from tests.support import Wrapped, assert_exactly_once, plog
 
+# each scenario on both of the reconciler's read paths (docs/design.md 14: quiet partitions)
+pytestmark = pytest.mark.usefixtures("both_read_paths")
+
 
 def gc(store, gate, *, full=False):
     """One GC run; ``full``: every log read (by listing), as every ``full_read_every``

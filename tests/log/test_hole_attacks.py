@@ -31,6 +31,9 @@ from ctp_state.topics import create_topic
 from ctp_state.verify import verify_partition
 from tests.support import Wrapped, plog, produce_rounds
 
+# each scenario on both of the reconciler's read paths (docs/design.md 14: quiet partitions)
+pytestmark = pytest.mark.usefixtures("both_read_paths")
+
 
 def test_two_lost_entries_a_tick_in_the_hole_is_reported_and_the_gc_keeps_the_pending_l0_object(store, gate):
     """Placeholders at 4, 5, 6; the store loses 4 and 5. The reconciler's probing read

@@ -55,6 +55,8 @@ from tests.support import plog
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOOKS_DIR = os.path.join(REPO, "tests", "hooks")  # crash points and planted bugs (sitecustomize)
 STEP_TIMEOUT_S = 180.0
+#: Partitions of the sim's topic that no step writes to.
+QUIET_PARTITIONS = 8
 
 
 @dataclass
@@ -533,7 +535,10 @@ class Sim:
 
     def run(self, steps: list[Step], *, replay_path: str | None = None) -> SimReport:
         started = time.monotonic()
-        self.partitions = max(max((p for s in steps for p, _ in s.args.get("parts", [])), default=0) + 1, 3)
+        written = max(max((p for s in steps for p, _ in s.args.get("parts", [])), default=0) + 1, 3)
+        # and partitions nobody writes to: the reconciler's quiet path (not read, ticked
+        # from the GC's pack; docs/design.md 14) runs beside the busy ones
+        self.partitions = written + QUIET_PARTITIONS
         create_topic(self.store, TOPIC, self.partitions, exist_ok=True)
         set_retention(self.store, TOPIC, None, RETENTION_BYTES)
         try:

@@ -144,7 +144,12 @@ class Worker:
         s = run_reconcile(
             self.store,
             config=ReconcileSettings(
-                lease_ms=lease_ms, target_file_bytes=target_file_bytes, idle_lag=1, threads=4, claim_wait_s=claim_wait_s
+                lease_ms=lease_ms,
+                target_file_bytes=target_file_bytes,
+                idle_lag=1,
+                threads=4,
+                claim_wait_s=claim_wait_s,
+                quiet_min=1,  # the quiet partitions' path (docs/design.md 14) on the sim's few partitions
             ),
         )
         return {
