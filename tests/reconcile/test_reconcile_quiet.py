@@ -9,10 +9,7 @@ both stores."""
 
 from __future__ import annotations
 
-import json
-import struct
-
-from ctp_state import l0, layout
+from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import run_gc
 from ctp_state.gc.history import newest_pack
@@ -21,7 +18,7 @@ from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
-from tests.support import CountingStore, assert_exactly_once, l0_keys, plog
+from tests.support import CountingStore, assert_exactly_once, l0_keys, plog, rewrite_footer
 
 P = 10  # at least ReconcileSettings.quiet_min: the quiet path is the default one here
 
@@ -49,20 +46,6 @@ def produce(store, partition: int, value: bytes, topic="t") -> str:
     assert got.accepted, got.error
     (key,) = l0_keys(store) - before
     return key
-
-
-def rewrite_footer(store, key: str, partition_of) -> None:
-    """Put the L0 object at ``key`` back with the same chunks and a footer whose chunks
-    name ``partition_of(partition)`` instead (a forged index; its CRC32C is valid)."""
-    data = store.get(key)
-    footer_len = struct.unpack("<I", data[-l0.TRAILER.size : -l0.TRAILER.size + 4])[0]
-    end = len(data) - l0.TRAILER.size
-    footer = json.loads(data[end - footer_len : end])
-    footer["chunks"] = [[t, partition_of(p), *rest] for t, p, *rest in footer["chunks"]]
-    new = json.dumps(footer, separators=(",", ":")).encode()
-    body = data[: end - footer_len] + new + l0.TRAILER.pack(len(new), l0.crc32c(new), 1, l0.TRAILER_MAGIC)
-    store.delete_many([key])
-    store.put(key, body)
 
 
 def test_a_quiet_partition_costs_nothing_between_its_ticks(store, gate):

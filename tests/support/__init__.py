@@ -9,9 +9,11 @@ snapshot, table, topics, spark, airflow); the fault-injecting S3 proxy is
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctp_state import l1, layout
+from ctp_state import l0, l1, layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.errors import StoreError
 from ctp_state.l0 import Record
@@ -267,6 +269,21 @@ def corrupt_chunk(store, topic: str, partition: int) -> str:
     data[p.byte_offset + p.byte_length // 2] ^= 0xFF
     store.put(p.l0_key, bytes(data))  # test-only tampering with an immutable object
     return p.l0_key
+
+
+def rewrite_footer(store: ObjectStore, key: str, partition_of) -> None:
+    """Put the L0 object at ``key`` back with the same chunks and a footer whose chunks
+    name ``partition_of(partition)`` instead: a forged index (its CRC32C valid) that
+    sends the reconciler's L0 listing to other partitions (docs/design.md 14)."""
+    data = store.get(key)
+    footer_len = struct.unpack("<I", data[-l0.TRAILER.size : -l0.TRAILER.size + 4])[0]
+    end = len(data) - l0.TRAILER.size
+    footer = json.loads(data[end - footer_len : end])
+    footer["chunks"] = [[t, partition_of(p), *rest] for t, p, *rest in footer["chunks"]]
+    new = json.dumps(footer, separators=(",", ":")).encode()
+    body = data[: end - footer_len] + new + l0.TRAILER.pack(len(new), l0.crc32c(new), 1, l0.TRAILER_MAGIC)
+    store.delete_many([key])
+    store.put(key, body)
 
 
 def plog(store: ObjectStore, topic: str, partition: int, **kw) -> PartitionLog:
