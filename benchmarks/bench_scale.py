@@ -28,8 +28,7 @@ timed, with that process's peak RSS:
   many it read from their logs: 0);
 - reconcile_quiet: C advanced by one, one reconcile run from that GC's pack: every
   partition is quiet and none is due, so none is read (one listing of the empty L0
-  root; ``ticked`` and ``not_read`` say how many of each): an idle cluster's
-  reconcile between ticks.
+  root; ``advanced``: 0): an idle cluster's reconcile between ticks.
 
 The GC phases also report ``m_inputs_seconds``: from the run's start until C and every
 partition's state are read (its history, the pack, the summaries, the logs or ticks),

@@ -52,7 +52,9 @@ def test_the_scale_run_completes_every_phase():
     assert large["gc_pack"]["m"] == large["gc_pack"]["cluster_epoch"] - 1 > large["gc"]["m"]
     for p in ("gc", "gc_pack"):  # M's inputs, read within the run's time
         assert 0 < large[p]["m_inputs_seconds"] < large[p]["seconds"], large[p]
-    phases = {"create", "m", "reconcile", "m_after", "gc", "reconcile_pack", "gc_pack"}
+    # between ticks: every partition quiet in the GC's pack and none due, so none read
+    assert large["reconcile_quiet"]["advanced"] == 0 and large["reconcile_quiet"]["ok"]
+    phases = {"create", "m", "reconcile", "m_after", "gc", "reconcile_pack", "gc_pack", "reconcile_quiet"}
     assert all(large[p]["peak_rss_mib"] > 0 for p in phases)
     assert set(out["per_partition_growth"]["30->60"]) == phases
 

@@ -203,6 +203,23 @@ def once(fn):
 # --- scenarios ------------------------------------------------------------------------
 
 
+def race(store, gate, acks, verb: str, key: str, action):
+    """One epoch whose reconcile runs ``action`` once, at its first request ``verb`` on
+    ``key`` (just before it; "created": just after a create), then a GC, checked.
+    Returns the reconcile's summary."""
+    fire = once(action)
+
+    def on(v, k):
+        if v == verb and k == key:
+            fire()
+
+    ClusterEpoch(store).advance()
+    s = run_reconcile(Hook(store, on))
+    assert FIRED
+    acks.check(run_gc(store, gate=gate))
+    return s
+
+
 @pytest.mark.parametrize("due", [True, False])
 def test_placeholder_between_listing_and_tick(store, gate, due):
     """A producer appends to quiet partitions right after the reconciler's L0 listing
@@ -211,16 +228,8 @@ def test_placeholder_between_listing_and_tick(store, gate, due):
     acks = Acks(store)
     warm(store, gate, acks)
     to_phase(store, gate, acks, due)
-
-    def on(verb, key):
-        if verb == "list" and key == layout.L0_ROOT:
-            fire()
-
-    fire = once(lambda: (acks.produce("t", 0, b"after-listing"), acks.produce("t", 1, b"forged", forge=away)))
-    ClusterEpoch(store).advance()
-    run_reconcile(Hook(store, on))
-    assert FIRED
-    acks.check(run_gc(store, gate=gate))
+    both = lambda: (acks.produce("t", 0, b"after-listing"), acks.produce("t", 1, b"forged", forge=away))  # noqa: E731
+    race(store, gate, acks, "list", layout.L0_ROOT, both)
     acks.final(store, gate, {"t": P})
 
 
@@ -232,17 +241,8 @@ def test_placeholder_between_vouch_and_tick_create(store, gate):
     to_phase(store, gate, acks, True)
     st = newest_pack(store).states[("t", 0)][0]
     vouch_key = plog(store, "t", 0).key(st.applied_offset)
-
-    def on(verb, key):
-        if verb == "get" and key == vouch_key:
-            fire()
-
-    fire = once(lambda: acks.produce("t", 0, b"between", forge=away))
-    ClusterEpoch(store).advance()
-    s = run_reconcile(Hook(store, on))
-    assert FIRED
+    s = race(store, gate, acks, "get", vouch_key, lambda: acks.produce("t", 0, b"between", forge=away))
     assert next(p for p in s.partitions if p.partition == 0).status == "reconciled", s
-    acks.check(run_gc(store, gate=gate))
     acks.final(store, gate, {"t": P})
 
 
@@ -253,16 +253,7 @@ def test_placeholder_right_after_tick_create(store, gate):
     to_phase(store, gate, acks, True)
     st = newest_pack(store).states[("t", 0)][0]
     tick_key = plog(store, "t", 0).key(st.applied_offset + 1)
-
-    def on(verb, key):
-        if verb == "created" and key == tick_key:
-            fire()
-
-    fire = once(lambda: acks.produce("t", 0, b"after-tick", forge=away))
-    ClusterEpoch(store).advance()
-    run_reconcile(Hook(store, on))
-    assert FIRED
-    acks.check(run_gc(store, gate=gate))
+    race(store, gate, acks, "created", tick_key, lambda: acks.produce("t", 0, b"after-tick", forge=away))
     acks.final(store, gate, {"t": P})
 
 
@@ -281,15 +272,7 @@ def test_two_reconcilers_race(store, gate, due):
         run_reconcile(store, config=full)
         acks.produce("t", 0, b"mid2", forge=away)
 
-    def on(verb, key):
-        if verb == "list" and key == layout.L0_ROOT:
-            fire()
-
-    fire = once(other)
-    ClusterEpoch(store).advance()
-    run_reconcile(Hook(store, on))
-    assert FIRED
-    acks.check(run_gc(store, gate=gate))
+    race(store, gate, acks, "list", layout.L0_ROOT, other)
     acks.final(store, gate, {"t": P})
 
 
