@@ -29,7 +29,6 @@ import pyarrow.compute as pc
 
 from ctp_state import validate
 from ctp_state.errors import CorruptData, InvalidRecord, UnsupportedVersion
-from ctp_state.storage import ObjectStore
 
 FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -179,29 +178,33 @@ def read_index(data: bytes, key: str) -> tuple[int, list[ChunkRef]]:
     return _footer(data[end - footer_len : end], footer_crc, end - footer_len, key)
 
 
-#: The last bytes of an L0 object :func:`read_footer` asks for first: the footer of an
+#: The last bytes of an L0 object a footer reader asks for first: the footer of an
 #: object of a few hundred chunks, in one request.
 FOOTER_READ = 64 * 1024
 
 
-def read_footer(store: ObjectStore, key: str) -> tuple[int, list[ChunkRef]]:
-    """``(epoch, chunks)`` of the L0 object at ``key`` from its last bytes only: one
-    ranged GET (a second for a footer longer than :data:`FOOTER_READ`). Raises
-    :class:`ObjectNotFound` or :class:`CorruptData` naming the key."""
-    tail, size = store.get_tail(key, FOOTER_READ)
+def footer_tail_length(tail: bytes, size: int, key: str) -> int:
+    """How many of the last bytes of the L0 object at ``key`` (``size`` bytes long) hold
+    its footer and trailer, from ``tail``, at least its last ``TRAILER.size`` bytes.
+    Raises :class:`CorruptData` naming the key."""
     if size < len(HEADER) + TRAILER.size or len(tail) < TRAILER.size:
         raise CorruptData(key, f"L0 object is truncated ({size} bytes)")
-    footer_len, footer_crc = _trailer(tail[-TRAILER.size :], key)
-    end = size - TRAILER.size
-    if footer_len > end - len(HEADER):
+    footer_len, _crc = _trailer(tail[-TRAILER.size :], key)
+    if footer_len > size - TRAILER.size - len(HEADER):
         raise CorruptData(key, f"L0 footer length {footer_len} exceeds the object")
-    if footer_len + TRAILER.size > len(tail):
-        tail = store.get_range(key, end - footer_len, footer_len + TRAILER.size)
-        if len(tail) != footer_len + TRAILER.size:
-            raise CorruptData(key, "L0 object changed size while its footer was read")
-    return _footer(
-        tail[len(tail) - TRAILER.size - footer_len : len(tail) - TRAILER.size], footer_crc, end - footer_len, key
-    )
+    return footer_len + TRAILER.size
+
+
+def parse_footer_tail(tail: bytes, size: int, key: str) -> tuple[int, list[ChunkRef]]:
+    """``(epoch, chunks)`` of the L0 object at ``key`` (``size`` bytes long) from its
+    last bytes alone (at least :func:`footer_tail_length` of them): what a reader that
+    needs only the object's index reads, with one ranged GET of the object's end."""
+    need = footer_tail_length(tail, size, key)
+    if len(tail) < need:
+        raise CorruptData(key, f"L0 footer needs the last {need} bytes, got {len(tail)}")
+    footer_len, footer_crc = _trailer(tail[-TRAILER.size :], key)
+    end = len(tail) - TRAILER.size
+    return _footer(tail[end - footer_len : end], footer_crc, size - TRAILER.size - footer_len, key)
 
 
 def _trailer(trailer: bytes, key: str) -> tuple[int, int]:

@@ -2,9 +2,12 @@
 
 A run:
 
-1. reads the cluster epoch C, then every selected partition's state (from the newest
+1. reads the cluster epoch C, then the selected partitions' states (from the newest
    GC's state pack where the log vouches for it, else from its snapshot; then the tail
-   by GETs of the next key);
+   by GETs of the next key) -- with a pack, only the partitions it does not hold as
+   quiet or that an L0 object in the store names; a quiet one whose advance is due is
+   ticked from the pack's state, the others are not read
+   (:mod:`ctp_state.reconcile_quiet`);
 2. ticks each partition that is idle, caught up, free of claims and has a lower bound
    ``idle_lag`` or more epochs behind C (R5 + R6 in one ``tick`` entry: one object
    write, no snapshot), and claims (R5, exclusive) each other partition that has
@@ -156,8 +159,8 @@ def run_reconcile(
     # snapshot: the GC ran after the last reconcile, so an idle partition's state there
     # is its log's end (a GET of that entry and of the next; docs/design.md 14).
     pack = newest_pack(store, reconcile_summaries(store).last()) if wanted else None
-    # ... and of the partitions quiet there, only those an L0 object names since, or
-    # whose advance is due (docs/design.md 14: quiet partitions).
+    # ... and of the partitions quiet there, only those an L0 object in the store names;
+    # a quiet one whose advance is due is ticked from it (docs/design.md 14).
     plan = plan_reads(store, wanted, pack.states if pack else None, c, config)
     if plan.why_all is not None:
         logger.info("reading every partition: %s", plan.why_all)

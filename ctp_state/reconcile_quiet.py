@@ -27,8 +27,8 @@ to raise M: the GC decides M from its own reads and checks of the pack (design.m
 and a partition the reconciler misses -- its L0 object lost, a footer forged -- is one
 it reports nothing new of, as when a placeholder lands after its read; it is read at
 the latest at its tick, whose create collides with whatever is at its log's end, and
-whose GET before it finds an entry the store replaced. A listing or footer that does not read (a stray
-key, a damaged object) makes the run read every partition, as before.
+whose GET before it finds an entry the store replaced. A listing or footer that does
+not read (a stray key, a damaged object) makes the run read every partition, as before.
 
 It pays where partitions are many and L0 objects few: at fewer than
 ``quiet_min`` (8) quiet partitions the listing (a PUT-class request, priced as 12.5
@@ -38,20 +38,17 @@ it has quiet partitions reads every partition instead of every footer.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ctp_state import layout, state as sm, window
 from ctp_state.errors import CorruptData, CtpError, ObjectNotFound
-from ctp_state.l0 import read_footer
+from ctp_state.l0 import FOOTER_READ, ChunkRef, footer_tail_length, parse_footer_tail
 from ctp_state.parallel import pmap, read_threads
 from ctp_state.reconcile_tick import needs_work, tick_due
 from ctp_state.settings import ReconcileSettings
 from ctp_state.status import Job
 from ctp_state.storage import ObjectStore
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -141,7 +138,7 @@ def written_partitions(store: ObjectStore, *, max_objects: int) -> set[tuple[str
 
     def footer(key: str) -> list[tuple[str, int]] | str | None:
         try:
-            _epoch, refs = read_footer(store, key)
+            refs = read_footer(store, key)
         except ObjectNotFound:
             return None  # deleted since it was listed: its epoch was at or below M
         except CtpError as e:
@@ -154,3 +151,14 @@ def written_partitions(store: ObjectStore, *, max_objects: int) -> set[tuple[str
             return named
         out.update(named or ())
     return out
+
+
+def read_footer(store: ObjectStore, key: str) -> list[ChunkRef]:
+    """The chunks the L0 object at ``key`` holds, from its footer: one ranged GET of its
+    last :data:`~ctp_state.l0.FOOTER_READ` bytes (a second for a longer footer). Raises
+    :class:`ObjectNotFound`, or :class:`CorruptData` naming the key."""
+    tail, size = store.get_tail(key, FOOTER_READ)
+    need = footer_tail_length(tail, size, key)
+    if need > len(tail):
+        tail = store.get_range(key, size - need, need)
+    return parse_footer_tail(tail, size, key)[1]

@@ -68,6 +68,23 @@ def test_l0_truncated_object_is_refused(cut):
     assert "l0/000/trunc.l0" in str(e.value)
 
 
+@pytest.mark.parametrize("chunks", [2, 5000])  # a footer within FOOTER_READ, and one past it
+def test_an_l0_footer_reads_from_the_objects_end_alone(store, chunks):
+    """The reconciler's quiet path reads only an L0 object's footer (a ranged GET of its
+    end; a second for a footer longer than ``FOOTER_READ``): the same index as the whole
+    object's, on both stores; a damaged footer is refused, naming the key."""
+    from ctp_state.reconcile_quiet import read_footer
+
+    data, refs = l0.build_object(7, [("t", p, [l0.Record(b"v%d" % p)]) for p in range(chunks)])
+    assert (len(data) - refs[-1].byte_offset > l0.FOOTER_READ) == (chunks > 2)
+    store.put("l0/000/000000000000000007/x.l0", data)
+    assert read_footer(store, "l0/000/000000000000000007/x.l0") == l0.read_index(data, "k")[1]
+    bad = data[:-40] + bytes([data[-40] ^ 1]) + data[-39:]
+    store.put("l0/000/000000000000000007/y.l0", bad)
+    with pytest.raises(CorruptData, match="y.l0"):
+        read_footer(store, "l0/000/000000000000000007/y.l0")
+
+
 def test_l0_unknown_format_version_is_refused():
     data, _ = sample_object()
     bumped = data[:5] + bytes([9]) + data[6:]
