@@ -10,7 +10,9 @@ What a run does: claims (exclusively) every partition with unreconciled placehol
 lifts their L0 chunks into per-partition L1 Parquet files, commits the new
 `min_epoch_lower_bound` to each partition's state log, advances idle partitions (R6),
 and writes a run summary to `runs/reconcile/` in the store. The summary JSON is in the
-task log.
+task log. With the GC's state pack, a partition nobody wrote to is not read at all
+between its advances: the L0 objects' footers say which partitions have work (the log
+line `reading N partitions; ... not read`; docs/design.md section 14).
 
 Then **`publish`** appends every newly committed L1 file to its topic's Apache Iceberg
 table (`<namespace>.<topic>`, exactly once: safe to retry, and beside another
