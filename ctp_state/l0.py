@@ -181,6 +181,10 @@ def read_index(data: bytes, key: str) -> tuple[int, list[ChunkRef]]:
 #: The last bytes of an L0 object a footer reader asks for first: the footer of an
 #: object of a few hundred chunks, in one request.
 FOOTER_READ = 64 * 1024
+#: The longest footer :func:`footer_tail_length` accepts: a chunk's entry is under 100
+#: bytes, so 64 MiB is more than 600,000 chunks. A footer length past it (a damaged or
+#: forged trailer, up to 4 GiB) is refused before anything is read into memory.
+MAX_FOOTER_BYTES = 64 * 1024 * 1024
 
 
 def footer_tail_length(tail: bytes, size: int, key: str) -> int:
@@ -192,6 +196,8 @@ def footer_tail_length(tail: bytes, size: int, key: str) -> int:
     footer_len, _crc = _trailer(tail[-TRAILER.size :], key)
     if footer_len > size - TRAILER.size - len(HEADER):
         raise CorruptData(key, f"L0 footer length {footer_len} exceeds the object")
+    if footer_len > MAX_FOOTER_BYTES:
+        raise CorruptData(key, f"L0 footer length {footer_len} exceeds {MAX_FOOTER_BYTES} bytes")
     return footer_len + TRAILER.size
 
 

@@ -85,6 +85,15 @@ def test_an_l0_footer_reads_from_the_objects_end_alone(store, chunks):
         read_footer(store, "l0/000/000000000000000007/y.l0")
 
 
+def test_an_l0_footer_length_past_the_limit_is_refused_before_it_is_read():
+    """A forged trailer in a large object (its footer length up to 4 GiB, within the
+    object) would make a footer reader fetch that much: refused from the trailer alone."""
+    trailer = l0.TRAILER.pack(l0.MAX_FOOTER_BYTES + 1, 0, l0.FORMAT_VERSION, l0.TRAILER_MAGIC)
+    with pytest.raises(CorruptData, match="l0/000/big.l0.*exceeds"):
+        l0.footer_tail_length(trailer, 1 << 31, "l0/000/big.l0")
+    assert l0.footer_tail_length(l0.TRAILER.pack(100, 0, 1, l0.TRAILER_MAGIC), 1 << 31, "k") == 100 + l0.TRAILER.size
+
+
 def test_l0_unknown_format_version_is_refused():
     data, _ = sample_object()
     bumped = data[:5] + bytes([9]) + data[6:]
