@@ -199,7 +199,7 @@ class LogReader:
         if not base.initialized or base.applied_offset < 0:
             return None
         try:
-            base = self._vouched(sm.evolve(base, last_entry=(base.applied_offset, crc)))
+            base = self._vouched(sm.ending_at(base, crc))
         except NotVouched:
             return None
         state = self.catch_up(base, vouched=True)

@@ -256,3 +256,12 @@ def _make_evolve() -> Any:
 
 
 evolve: Callable[..., PartitionState] = _make_evolve()
+
+
+def ending_at(s: PartitionState, crc: int) -> PartitionState:
+    """``s`` naming ``crc`` as the CRC32C of the stored bytes of the entry it ends at
+    (a pack's state, whose checksum the pack keeps beside it): what a reader that
+    starts from it compares the log's bytes against."""
+    if s.last_entry == (s.applied_offset, crc):
+        return s
+    return evolve(s, last_entry=(s.applied_offset, crc))

@@ -110,12 +110,7 @@ def _quiet_state(
         return None
     if base.pending or base.holders:
         return None
-    named = (
-        base
-        if base.last_entry == (base.applied_offset, crc)
-        else sm.evolve(base, last_entry=(base.applied_offset, crc))
-    )
-    return window.recover(named)
+    return window.recover(sm.ending_at(base, crc))
 
 
 def written_partitions(store: ObjectStore, *, max_objects: int) -> set[tuple[str, int]] | str:

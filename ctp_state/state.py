@@ -71,6 +71,7 @@ from ctp_state.partition_state import (
     Pending as Pending,
     ProducerBatch as ProducerBatch,
     ProducerSeq as ProducerSeq,
+    ending_at as ending_at,
     evolve as evolve,
 )
 

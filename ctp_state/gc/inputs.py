@@ -329,11 +329,7 @@ def _from_pack(
         last = store.get(log.key(base.applied_offset))
     except ObjectNotFound:
         return None
-    named = (
-        base
-        if base.last_entry == (base.applied_offset, crc)
-        else sm.evolve(base, last_entry=(base.applied_offset, crc))
-    )
+    named = sm.ending_at(base, crc)
     if log.unvouched(named, last) is not None:
         return None
     # Anything appended since nobody reported (a producer's placeholder after the
