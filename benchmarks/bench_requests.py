@@ -1,6 +1,6 @@
 """S3 requests per partition per epoch, by operation, on a real S3 server. Printed as JSON.
 
-    python benchmarks/bench_requests.py [--partitions 300] [--rounds 4] [--idle-lag 2]
+    python benchmarks/bench_requests.py [--partitions 300] [--rounds 4] [--idle-lag 6]
                                         [--warmup 2] [--records 5] [--scenario idle|active|both]
                                         [--detail] [--marginal]
 

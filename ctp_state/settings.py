@@ -149,7 +149,7 @@ class ReconcileSettings:
         None, "max-mb-per-partition", "Cap per partition per run (MiB); empty: everything pending.", unit=MiB, above=0
     )
     idle_lag: int = knob(
-        2,
+        6,
         "idle-lag",
         "Advance idle partitions whose lower bound is this many epochs behind C (R6).",
         kind=int,

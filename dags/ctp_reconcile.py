@@ -24,7 +24,9 @@ Variable `ctp_catalog_warehouse` and a token or OAuth2 client in the connection
 inside a `file://` store. Namespace: `$CTP_TABLE_NAMESPACE` (default `ctp`). The task's
 return value lists, per table, the files and records added.
 
-- **Params**: `topics` (empty = all), `target_file_mb`, `idle_lag`.
+- **Params**: `topics` (empty = all), `target_file_mb`, `idle_lag` (default 6: an idle
+  partition is advanced once every 6 epochs, so M trails C by up to 6 epochs where
+  nobody writes; 2 keeps M closer at about 2.4x the requests, docs/design.md 14).
 - **Updates** `ctp://reconcile/summary` (Spark), which schedules the GC DAG, and
   `ctp://tables` (publish).
 - **Overlap**: `max_active_runs=1`; a second reconciler (another deployment, a CLI run)

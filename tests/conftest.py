@@ -133,14 +133,14 @@ def both_read_paths(request, monkeypatch) -> str:
     """Run the module's scenarios on both of the reconciler's read paths: every
     partition read (a topic smaller than ``quiet_min``, as these tests' are), and the
     quiet path (``quiet_min`` 1: a partition nothing names is not read, or ticked from
-    the GC's pack; docs/design.md 14). ``run_reconcile``'s default settings are swapped
-    for the run of the test."""
+    the GC's pack; docs/design.md 14). Applies to ``tests.support.reconcile`` without a
+    ``config`` (the scenarios' settings, ``LAG2``)."""
     if request.param == "quiet":
-        from ctp_state import reconcile
-        from ctp_state.settings import ReconcileSettings
+        import dataclasses
 
-        inner = reconcile.run_reconcile.__wrapped__  # type: ignore[attr-defined]
-        monkeypatch.setitem(inner.__kwdefaults__, "config", ReconcileSettings(quiet_min=1))
+        from tests import support
+
+        monkeypatch.setitem(support.SCENARIO, "config", dataclasses.replace(support.LAG2, quiet_min=1))
     return str(request.param)
 
 

@@ -128,7 +128,7 @@ def test_the_request_benchmark_separates_what_a_partition_costs_from_what_a_run_
     out = _bench(
         "benchmarks/bench_requests.py",
         *("--partitions", str(partitions), "--warmup", "2", "--rounds", str(rounds), "--scenario", "idle"),
-        "--marginal",
+        *("--idle-lag", "2", "--marginal"),  # one advance of every partition in the two rounds
     )
     idle = out["idle"]
     m = idle["marginal"]

@@ -21,12 +21,11 @@ from ctp_state.l0 import Record
 from ctp_state.partition_state import L1Ref
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition
-from ctp_state.reconcile import run_reconcile
 from ctp_state.retention import delete_records, plan_trim, run_retention
 from ctp_state.settings import CompactSettings, GcSettings
 from ctp_state.table.maintenance import CatalogTables
 from ctp_state.topics import create_topic
-from tests.support import ctp, plog
+from tests.support import ctp, plog, reconcile
 from tests.support.table import READERS, committed, do_publish, sortable, table_of
 
 NOW = GcSettings(l1_grace_s=0, l1_reader_grace_s=0)
@@ -48,7 +47,7 @@ def timed_rounds(store, stamps, partitions=2, per=5, topic="t"):
             for v, (_, recs) in zip(prod.write(chunks), chunks):
                 assert v.accepted, v.error
                 sent[v.partition] += recs
-        run_reconcile(store, topics=[topic])
+        reconcile(store, topics=[topic])
     return sent
 
 
@@ -218,7 +217,7 @@ def test_a_trim_that_nothing_allows_keeps_its_files_and_only_them(store, gate):
     delete_records(store, "t", 1, 5)  # partition 1: an operator's trim, allowed
     for _ in range(2):  # M passes the rounds' L0 objects
         ClusterEpoch(store).advance()
-        run_reconcile(store)
+        reconcile(store)
     before = {o.key for o in store.list(layout.L1_ROOT)}
     rec = run_gc(store, gate=gate, config=NOW)
     assert rec.status == "ok" and rec.deleted > 0, rec.gate.failures  # the L0 GC goes on

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ctp_state.entries import AccessMode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import run_gc
 from ctp_state.gc.history import GcHistory
-from ctp_state.reconcile import run_reconcile
-from tests.support import corrupt_chunk, ok, plog
+from tests.support import corrupt_chunk, ok, plog, reconcile
 from tests.support.gc import produce, reconciled
 
 
@@ -19,7 +20,7 @@ def cycle(store, gate):
     """What the three DAGs do in one round: traffic, advance, reconcile, GC."""
     produce(store)
     ClusterEpoch(store).advance()
-    run_reconcile(store)
+    reconcile(store)
     return run_gc(store, gate=gate)
 
 
@@ -69,34 +70,38 @@ def test_a_quarantined_chunk_alerts_at_once(store, gate):
     produce(store, partitions=(2,))
     bad = corrupt_chunk(store, "t", 2)
     ClusterEpoch(store).advance()
-    summary = run_reconcile(store)
+    summary = reconcile(store)
     assert summary.partitions_quarantined == 1
     rec = run_gc(store, gate=gate)
     assert rec.alert is not None and rec.alert.kind == "quarantine" and rec.alert.where == ("t/2",)
     assert bad in rec.alert.message and "CRC32C" in rec.alert.message
 
 
-def test_an_idle_cluster_at_a_longer_idle_lag_never_alerts_and_a_stuck_claim_still_does(store, gate):
+@pytest.mark.parametrize("idle_lag", [4, 6])
+def test_an_idle_cluster_at_a_longer_idle_lag_never_alerts_and_a_stuck_claim_still_does(store, gate, idle_lag):
     # idle_lag 4: each idle partition is ticked every fourth epoch, and M stays put in
     # between -- four flat runs while C moves three, which the default rule (4 runs, 3
-    # epochs) took for a stall on every cycle.
+    # epochs) took for a stall on every cycle. 6: the default (six flat runs).
     from ctp_state.settings import ReconcileSettings
 
-    lag = ReconcileSettings(idle_lag=4)
+    lag = ReconcileSettings(idle_lag=idle_lag)
+    assert idle_lag != 6 or lag == ReconcileSettings()
     reconciled(store)
 
     def idle_cycle():
         ClusterEpoch(store).advance()
-        run_reconcile(store, config=lag)
+        reconcile(store, config=lag)
         return run_gc(store, gate=gate)
 
-    recs = [idle_cycle() for _ in range(10)]
+    n = 2 * idle_lag + 2
+    recs = [idle_cycle() for _ in range(n)]
     ms = [r.m for r in recs]
-    assert [r.alert for r in recs] == [None] * 10, [(r.m, r.cluster_epoch, r.alert) for r in recs]
-    assert ms == sorted(ms) and any(ms[i] == ms[i + 3] for i in range(len(ms) - 3)), ms  # four flat runs seen
+    assert [r.alert for r in recs] == [None] * n, [(r.m, r.cluster_epoch, r.alert) for r in recs]
+    flat = idle_lag - 1
+    assert ms == sorted(ms) and any(ms[i] == ms[i + flat] for i in range(n - flat)), ms  # idle_lag flat runs seen
 
     log = plog(store, "t", 1)
     log.claim(log.read_state(), "reconciler:dead", AccessMode.EXCLUSIVE, lease_ms=3_600_000)
-    stuck = [idle_cycle() for _ in range(6)]
+    stuck = [idle_cycle() for _ in range(idle_lag + 2)]
     kinds = [r.alert.kind if r.alert else None for r in stuck]
     assert "stall" in kinds and stuck[-1].alert.where == ("t/1",), kinds

@@ -11,19 +11,17 @@ from ctp_state import layout, records
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc.history import GcHistory
 from ctp_state.records import GcRecord
-from tests.support import CTP, assert_exactly_once, ctp, ok, produce_rounds
+from tests.support import CTP, assert_exactly_once, ctp, ok, produce_rounds, reconcile
 
 
 def test_dry_run_gc_and_validate_from_the_command_line(subprocess_env, store, tmp_path):
     env = {**subprocess_env, "CTP_REPORT_DIR": str(tmp_path / "report")}
     sent = produce_rounds(store, partitions=2, rounds=3, per=10)
     ok(env, "epoch", "advance")
-    from ctp_state.reconcile import run_reconcile
-
-    run_reconcile(store)
+    reconcile(store)
     ok(env, "epoch", "advance")
     ok(env, "epoch", "advance")
-    run_reconcile(store)
+    reconcile(store)
     n = sum(1 for _ in store.list(layout.L0_ROOT))
 
     out = ok(env, "gc", "--dry-run")

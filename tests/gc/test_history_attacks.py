@@ -19,9 +19,8 @@ from ctp_state.gc import run_gc
 from ctp_state.gc.history import GcHistory, record_key
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.topics import create_topic
-from tests.support import l0_keys
+from tests.support import l0_keys, reconcile
 
 
 def _garbage_round(store, ce, i):
@@ -30,7 +29,7 @@ def _garbage_round(store, ce, i):
         assert prod.write([(("t", 0), [Record(f"r{i}".encode())])])[0].accepted
     ce.advance()
     ce.advance()
-    run_reconcile(store)
+    reconcile(store)
 
 
 def _damage_newest_record(store):

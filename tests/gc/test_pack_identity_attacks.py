@@ -26,11 +26,10 @@ from ctp_state.gc import run_gc
 from ctp_state.gc.history import newest_pack
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.reconcile_tick import tick_due
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
-from tests.support import CountingStore, assert_exactly_once, plog
+from tests.support import CountingStore, assert_exactly_once, plog, reconcile
 
 # each scenario on both of the reconciler's read paths (docs/design.md 14: quiet partitions)
 pytestmark = pytest.mark.usefixtures("both_read_paths")
@@ -44,7 +43,7 @@ def gc(store, gate):
 
 def epoch(store, gate):
     ClusterEpoch(store).advance()
-    assert run_reconcile(store).ok
+    assert reconcile(store).ok
     time.sleep(0.01)
     gc(store, gate)
     time.sleep(0.01)
@@ -57,7 +56,7 @@ def lose_the_tick_under_a_stalled_create(store, gate, monkeypatch):
     log = plog(store, "t", 0, write_snapshots=False)
     for _ in range(3):
         epoch(store, gate)
-    cfg = ReconcileSettings()
+    cfg = ReconcileSettings(idle_lag=2)
     for _ in range(4):  # C moves until the partition is due a tick (no reconcile yet)
         c = ClusterEpoch(store).advance()
         st = log.read_state()
@@ -87,7 +86,7 @@ def lose_the_tick_under_a_stalled_create(store, gate, monkeypatch):
     th.start()
     assert stalled.wait(30)  # its temporary file is written; its link waits
     time.sleep(0.05)
-    s = run_reconcile(store)
+    s = reconcile(store)
     assert s.ok and s.partitions_advanced == 1, s
     assert isinstance(list(log.entries())[-1][1], Tick)
     time.sleep(0.05)
@@ -121,7 +120,7 @@ def test_a_placeholder_linked_into_a_lost_ticks_place_is_never_passed_by_m(fstor
     with pytest.raises(GateFailed, match="I3"):
         run_gc(fstore, gate=gate)
     assert fstore.head(v.l0_key) is not None
-    assert run_reconcile(fstore).ok
+    assert reconcile(fstore).ok
     assert_exactly_once(fstore, "t", {0: [Record(b"victim")]}, all_in_l1=True)
 
 
@@ -138,7 +137,7 @@ def test_with_the_gc_stopped_a_reconciles_reads_stay_bounded(store, gate):
             ClusterEpoch(store).advance()
             assert all(v.accepted for v in prod.write([(("t", p), [Record(b"r%d" % i)]) for p in range(2)]))
             counting = CountingStore(store)
-            assert run_reconcile(counting).ok
+            assert reconcile(counting).ok
             gets.append(counting.counts.get("get", 0))
     assert max(gets[4:]) <= max(gets[:4]), gets
     assert_exactly_once(store, "t", {p: [Record(b"r%d" % i) for i in range(12)] for p in range(2)}, all_in_l1=True)

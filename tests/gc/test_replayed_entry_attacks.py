@@ -24,11 +24,10 @@ from ctp_state.errors import StoreError
 from ctp_state.gc.history import newest_pack
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.gc.test_state_identity_attacks import epoch, gc
-from tests.support import Wrapped, assert_exactly_once, plog
+from tests.support import Wrapped, assert_exactly_once, plog, reconcile
 
 # each scenario on both of the reconciler's read paths (docs/design.md 14: quiet partitions)
 pytestmark = pytest.mark.usefixtures("both_read_paths")
@@ -96,7 +95,7 @@ def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(stor
     if writers == "unchained":
         encode = en.encode
         monkeypatch.setattr(en, "encode", lambda entry, prev=None: encode(entry))
-    cfg = ReconcileSettings(lease_ms=300)
+    cfg = ReconcileSettings(idle_lag=2, lease_ms=300)
     log = x_written(store, gate)
     ClusterEpoch(store).advance()
     ClusterEpoch(store).advance()
@@ -123,11 +122,11 @@ def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(stor
     crashpoints.install(hook)
     try:
         with pytest.raises(Crash):
-            run_reconcile(r1store, config=cfg)
+            reconcile(r1store, config=cfg)
         assert seen["pack"][0] == k, seen["pack"]
         old = en.decode(seen["old_k"], "k")
         assert isinstance(old, Reconcile) and old.release_owner is None, old
-        run_reconcile(store, config=cfg)  # R2: claims at j, B lands at j+1, commits at k
+        reconcile(store, config=cfg)  # R2: claims at j, B lands at j+1, commits at k
     finally:
         crashpoints.install(None)
     assert isinstance(dict(log.entries())[j + 1], Placeholder)
@@ -135,7 +134,7 @@ def test_an_identical_commit_by_another_run_does_not_vouch_for_a_stale_pack(stor
     assert identical == (writers == "unchained"), "R2's commit is byte-identical only when unchained"
     time.sleep(0.5)  # R1's lease (in the pack's state) runs out
     for _ in range(4):
-        run_reconcile(store, config=cfg)
+        reconcile(store, config=cfg)
         ClusterEpoch(store).advance()
         gc(store, gate)
     # (A's entry was lost by the store; B is the record at its offset now)
@@ -175,7 +174,7 @@ def test_a_second_release_by_the_same_run_does_not_vouch_for_a_stale_pack(store,
     K again. Unchained, that release was the first one byte for byte: the next reconcile
     from the pack lifted A into B's offset and the GC deleted B's L0 object. Chained
     (the entry names the CRC32C of the one before it: B's, not A's), the bytes differ."""
-    cfg = ReconcileSettings(lease_ms=300)
+    cfg = ReconcileSettings(idle_lag=2, lease_ms=300)
     log = x_written(store, gate)
     ClusterEpoch(store).advance()
     j = log.read_state().applied_offset + 1  # R's claim
@@ -196,7 +195,7 @@ def test_a_second_release_by_the_same_run_does_not_vouch_for_a_stale_pack(store,
 
     crashpoints.install(hook)
     try:
-        run_reconcile(Flaky(store, log.key(k), meanwhile), config=cfg)
+        reconcile(Flaky(store, log.key(k), meanwhile), config=cfg)
     finally:
         crashpoints.install(None)
     assert seen["pack"][0] == k, seen["pack"]
@@ -205,7 +204,7 @@ def test_a_second_release_by_the_same_run_does_not_vouch_for_a_stale_pack(store,
     assert isinstance(entries[j + 1], Placeholder) and entries[j + 1].l0_key == seen["b"].l0_key
     assert isinstance(entries[k], Release)  # the cleanup's release
     for _ in range(4):
-        run_reconcile(store, config=cfg)
+        reconcile(store, config=cfg)
         ClusterEpoch(store).advance()
         gc(store, gate)
     # (A's entry was lost by the store; B is the record at its offset now)
@@ -243,7 +242,7 @@ def test_a_stale_commit_under_a_reissued_writer_epoch_has_no_effect(store, gate)
 
     crashpoints.install(hook)
     try:
-        run_reconcile(store)  # R1
+        reconcile(store)  # R1
     finally:
         crashpoints.install(None)
     other, st = seen["other"]
@@ -256,7 +255,7 @@ def test_a_stale_commit_under_a_reissued_writer_epoch_has_no_effect(store, gate)
     # file that could be committed; nothing is lost), and the operator deletes it as the
     # message says. (A liveness cost of this store fault, in docs/design.md section 14.)
     ClusterEpoch(store).advance()
-    s = run_reconcile(store)
+    s = reconcile(store)
     (part,) = s.partitions
     assert part.status == "quarantined" and "an L1 file in the way holds other records" in part.reason, part
     assert store.head(seen["b"].l0_key) is not None

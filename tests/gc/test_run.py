@@ -21,12 +21,11 @@ from ctp_state.gc.prepare import GateResult
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings
 from ctp_state.storage import LocalStore
 from ctp_state.topics import create_topic
 from expectations.job import gc_job
-from tests.support import assert_exactly_once, produce_rounds
+from tests.support import assert_exactly_once, produce_rounds, reconcile
 from tests.support.gc import FlakyStore, l0_epochs, reconciled
 
 
@@ -139,7 +138,7 @@ def test_a_gate_failed_runs_view_is_never_the_reference(store, gate):
     ce = ClusterEpoch(store)
     ce.advance()
     ce.advance()
-    run_reconcile(store)  # R6: every idle partition's lower bound moves up
+    reconcile(store)  # R6: every idle partition's lower bound moves up
 
     refused = GateResult(False, ["refused for the test"])
     with pytest.raises(GateFailed, match="refused for the test"):
@@ -217,11 +216,11 @@ def test_a_partition_created_while_the_gc_runs_keeps_its_data(store, gate):
 
 def test_m_comes_from_the_logs_and_the_newest_summary_only_annotates(store, gate):
     produce_rounds(store, partitions=4, rounds=2, per=5)
-    first = run_reconcile(store)
+    first = reconcile(store)
     rec = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     assert rec.summary_run_id == first.run_id  # the newest by the store's sequence
     assert rec.partitions == 4 and rec.m is not None
-    second = run_reconcile(store)
+    second = reconcile(store)
     rec2 = run_gc(store, gate=gate, config=GcSettings(dry_run=True))
     assert rec2.summary_run_id == second.run_id and rec2.m_digest == rec.m_digest
 
@@ -396,7 +395,7 @@ def test_a_concurrent_gc_that_saw_a_higher_m_supersedes_a_slower_one(store, gate
         # a higher M first.
         ce.advance()
         ce.advance()
-        run_reconcile(store)
+        reconcile(store)
         inner.append(run_gc(store, gate=gate))
         return gate(frames)
 

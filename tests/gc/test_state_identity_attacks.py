@@ -30,10 +30,9 @@ from ctp_state.gc import run_gc
 from ctp_state.gc.history import newest_pack
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings
 from ctp_state.topics import create_topic
-from tests.support import Wrapped, assert_exactly_once, plog
+from tests.support import Wrapped, assert_exactly_once, plog, reconcile
 
 # each scenario on both of the reconciler's read paths (docs/design.md 14: quiet partitions)
 pytestmark = pytest.mark.usefixtures("both_read_paths")
@@ -52,7 +51,7 @@ def epoch(store, gate, *, gc_first=False):
     ClusterEpoch(store).advance()
     if gc_first:
         gc(store, gate)
-    s = run_reconcile(store)
+    s = reconcile(store)
     assert s.ok, [(p.topic, p.partition, p.status, p.reason) for p in s.partitions if p.failed]
     gc(store, gate)
 
@@ -206,7 +205,7 @@ def test_a_resend_stalled_after_its_check_puts_back_no_bytes_a_pack_names(store,
     kept = {seen["a"].l0_key, seen["c"].l0_key, ents[k].l0_key}
     for _ in range(3):
         ClusterEpoch(store).advance()
-        s = run_reconcile(store)
+        s = reconcile(store)
         assert s.partitions_failed == 1 and "was written after another entry" in s.partitions[0].reason, s
         with pytest.raises(StateUnreadable, match="was written after another entry"):
             run_gc(store, gate=gate, config=GcSettings())

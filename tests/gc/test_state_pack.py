@@ -19,7 +19,6 @@ from ctp_state.gc.history import GcHistory
 from ctp_state.gc.pack import decode_pack, pack_seq
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.records import PartitionFacts, PartitionReport, ReconcileSummary
 from ctp_state.settings import CompactSettings, GcSettings
 from ctp_state.status import reconcile_summaries
@@ -27,7 +26,7 @@ from ctp_state.storage import LocalStore
 from ctp_state.topics import create_topic
 from tests.compact.test_compaction import many_small_files
 from tests.compact.test_gc_retired import hook
-from tests.support import assert_exactly_once, plog
+from tests.support import assert_exactly_once, plog, reconcile
 from tests.support.table import do_publish, load
 
 P = 4
@@ -36,7 +35,7 @@ P = 4
 def epoch(store, gate, config=GcSettings()):
     """One round of an idle topic: advance, reconcile, GC."""
     ClusterEpoch(store).advance()
-    assert run_reconcile(store).ok
+    assert reconcile(store).ok
     rec = run_gc(store, gate=gate, config=config)
     assert rec.status == "ok", rec.gate.failures if rec.gate else rec.error
     return rec
@@ -78,7 +77,7 @@ def test_a_run_from_the_pack_gets_the_reconcile_summary_once(store, gate, monkey
     for _ in range(2):
         epoch(store, gate)
     ClusterEpoch(store).advance()
-    assert run_reconcile(store).ok
+    assert reconcile(store).ok
     prefix, got, get = reconcile_summaries(store).prefix, [], store.get
     monkeypatch.setattr(store, "get", lambda key: (got.append(key), get(key))[1])
     rec = run_gc(store, gate=gate, config=GcSettings())
@@ -181,7 +180,7 @@ def test_a_hole_after_the_packs_state_never_lets_m_pass_the_placeholders_around_
     for i in range(8):
         ClusterEpoch(store).advance()
         if i >= 4:
-            s = run_reconcile(store)
+            s = reconcile(store)
             assert not s.ok and "state log is not dense" in s.partitions[0].reason, s.partitions
         try:
             rec = run_gc(store, gate=gate, config=cfg)
@@ -262,7 +261,7 @@ def test_a_compaction_is_read_from_the_log_by_the_gc_after_the_next_reconcile(st
     assert run_gc(store, gate=gate, config=now).status == "ok"
     run_compaction(store, config=CompactSettings(max_small_files=2, target_file_bytes=1 << 20))
     ClusterEpoch(store).advance()
-    assert run_reconcile(store).ok
+    assert reconcile(store).ok
     rec = run_gc(store, gate=gate, config=now)
     assert rec.status == "ok" and rec.partitions_read == 2 and rec.l1_retired_deleted == 12, rec
     assert_exactly_once(store, "t", sent)

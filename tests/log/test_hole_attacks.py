@@ -25,11 +25,10 @@ from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import CompactSettings, GcSettings
 from ctp_state.topics import create_topic
 from ctp_state.verify import verify_partition
-from tests.support import Wrapped, plog, produce_rounds
+from tests.support import Wrapped, plog, produce_rounds, reconcile
 
 # each scenario on both of the reconciler's read paths (docs/design.md 14: quiet partitions)
 pytestmark = pytest.mark.usefixtures("both_read_paths")
@@ -43,7 +42,7 @@ def test_two_lost_entries_a_tick_in_the_hole_is_reported_and_the_gc_keeps_the_pe
     run stops: the L0 object the pending placeholder at 6 needs stays. (Restoring the
     lost entries means deleting the tick first: it holds no data.)"""
     produce_rounds(store, "t", partitions=1, rounds=1, per=2)  # init, placeholder 1
-    assert run_reconcile(store).partitions_reconciled == 1  # claim 2, reconcile 3
+    assert reconcile(store).partitions_reconciled == 1  # claim 2, reconcile 3
     produce_rounds(store, "t", partitions=1, rounds=3, per=2, advance=False)  # placeholders 4, 5, 6
     log = plog(store, "t", 0, write_snapshots=False)
     (last, victim), *_ = list(log.entries(5))
@@ -51,7 +50,7 @@ def test_two_lost_entries_a_tick_in_the_hole_is_reported_and_the_gc_keeps_the_pe
     for _ in range(4):
         ClusterEpoch(store).advance()
     store.delete_many([log.key(4), log.key(5)])
-    s = run_reconcile(store)
+    s = reconcile(store)
     assert s.partitions_advanced == 0 and s.partitions_failed == 1 and "not dense" in s.partitions[0].reason, s
     assert en.decode(store.get(log.key(4)), log.key(4)).kind == "tick"  # (a listing read stops at 5)
     with pytest.raises(StateUnreadable):
@@ -68,7 +67,7 @@ def test_a_lost_compactor_claim_never_lets_the_gc_take_the_compacted_file_for_an
     sent = []
     for _ in range(3):
         sent += produce_rounds(store, "t", partitions=1, rounds=1, per=2)[0]
-        assert run_reconcile(store).partitions_reconciled == 1
+        assert reconcile(store).partitions_reconciled == 1
     run_compaction(store, config=small)
     log = plog(store, "t", 0, write_snapshots=False)
     kinds = [(o, e.kind) for o, e in log.entries()]
@@ -121,7 +120,7 @@ def _every_reader_stops_and_nothing_is_deleted(store, gate, log, forked_at: int,
     assert any("was written after another entry" in f.what for f in check.findings), check.findings
     for _ in range(3):  # epochs, reconciles and GCs go on: the partition is refused, nothing goes
         ClusterEpoch(store).advance()
-        s = run_reconcile(store)
+        s = reconcile(store)
         assert s.partitions_failed == 1 and "was written after another entry" in s.partitions[0].reason, s
         with pytest.raises(StateUnreadable, match="was written after another entry"):
             run_gc(store, gate=gate, config=GcSettings(full_read_every=1))
@@ -134,7 +133,7 @@ def _a_reconcile_writes_into_the_hole(store, gate, prod, at: int, kind: type) ->
     log = plog(store, "t", 0, write_snapshots=False)
     seen: dict = {}
     stalled = StallBefore(store, log.key(at), _p1_p2_then_the_store_loses_p1(store, prod, log, at, seen))
-    assert run_reconcile(stalled).partitions_reconciled == 1 and stalled.fired
+    assert reconcile(stalled).partitions_reconciled == 1 and stalled.fired
     assert isinstance(dict(log.entries())[at], kind)
     _every_reader_stops_and_nothing_is_deleted(store, gate, log, at + 1, seen["p2"])
 
@@ -215,14 +214,14 @@ def test_a_tick_created_into_a_hole_formed_after_the_runs_read_is_reported_and_m
     ce.advance()  # C = 2
     prod = Producer(store, epoch_ttl_s=3600)  # keeps C = 2
     assert prod.write([(("t", 0), [Record(b"A", b"k", 1000)])])[0].accepted  # 1
-    assert run_reconcile(store).partitions_reconciled == 1  # claim 2, commit 3
+    assert reconcile(store).partitions_reconciled == 1  # claim 2, commit 3
     assert run_gc(store, gate=gate, config=GcSettings()).status == "ok"  # the pack
     ce.advance()
     ce.advance()  # C = 4: the idle partition is due a tick
     log = plog(store, "t", 0, write_snapshots=False)
     seen: dict = {}
     stalled = StallBefore(store, log.key(4), _p1_p2_then_the_store_loses_p1(store, prod, log, 4, seen))
-    s = run_reconcile(stalled)
+    s = reconcile(stalled)
     assert stalled.fired and dict(log.entries())[4].kind == "tick"
     assert s.partitions_advanced == 0 and s.partitions_failed == 1, s
     assert "after its tick at log offset 4" in s.partitions[0].reason, s.partitions[0].reason
@@ -242,7 +241,7 @@ def test_a_tick_that_fills_a_hole_already_there_stops_the_log_and_keeps_the_lost
     the hole. Q stops the log instead: reported, the GC stops, P's data stays in L0
     (restore P's entry: delete the tick first)."""
     produce_rounds(store, "t", partitions=1, rounds=1, per=2)
-    assert run_reconcile(store).partitions_reconciled == 1
+    assert reconcile(store).partitions_reconciled == 1
     assert run_gc(store, gate=gate, config=GcSettings()).status == "ok"  # the pack
     for _ in range(3):
         ClusterEpoch(store).advance()
@@ -255,7 +254,7 @@ def test_a_tick_that_fills_a_hole_already_there_stops_the_log_and_keeps_the_lost
     p, q = ents[k], ents[k + 1]
     assert isinstance(p, Placeholder) and isinstance(q, Placeholder) and p.epoch == q.epoch
     store.delete_many([log.key(k)])  # the store loses P
-    s = run_reconcile(store)
+    s = reconcile(store)
     assert en.decode(store.get(log.key(k)), log.key(k)).kind == "tick"  # in P's slot
     assert s.partitions_failed == 1 and f"after its tick at log offset {k}" in s.partitions[0].reason, s
     with pytest.raises(StateUnreadable, match="was written after another entry"):
@@ -277,7 +276,7 @@ def test_a_lost_claim_refilled_by_a_producer_from_its_cache_is_named_by_verify(s
     ClusterEpoch(store).advance()
     y = Producer(store, epoch_ttl_s=0)
     assert y.write([(("t", 0), [Record(b"A", b"k", 1000)])])[0].accepted  # 1
-    assert run_reconcile(store).partitions_reconciled == 1  # claim 2, commit 3, a snapshot at 3
+    assert reconcile(store).partitions_reconciled == 1  # claim 2, commit 3, a snapshot at 3
     log = plog(store, "t", 0, write_snapshots=False)
     store.delete_many([log.key(2)])
     assert y.write([(("t", 0), [Record(b"P", b"k", 1001)])])[0].accepted  # into slot 2

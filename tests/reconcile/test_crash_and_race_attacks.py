@@ -24,10 +24,9 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings, ReconcileSettings
 from ctp_state.topics import create_topic
-from tests.support import key_id, values
+from tests.support import key_id, reconcile, values
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -73,7 +72,7 @@ import sys
 from ctp_state.storage import open_store
 from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import ReconcileSettings
-run_reconcile(open_store(sys.argv[1], os.environ), config=ReconcileSettings(lease_ms=1500, target_file_bytes=200))
+run_reconcile(open_store(sys.argv[1], os.environ), config=ReconcileSettings(idle_lag=2, lease_ms=1500, target_file_bytes=200))
 """
 
 
@@ -113,8 +112,8 @@ def test_kill_9_of_a_reconciler_before_and_after_its_commit_converges(fstore, ga
             sent[p].append(f"late-{p}".encode())
     for _ in range(2):
         ce.advance()
-    run_reconcile(store, config=ReconcileSettings(target_file_bytes=200))
-    run_reconcile(store, config=ReconcileSettings(target_file_bytes=200))
+    reconcile(store, config=ReconcileSettings(idle_lag=2, target_file_bytes=200))
+    reconcile(store, config=ReconcileSettings(idle_lag=2, target_file_bytes=200))
     rec = run_gc(store, gate=gate, config=GcSettings(l1_grace_s=0))
     assert rec.status == "ok" and rec.m >= 4
     for p in (0, 1):
@@ -141,10 +140,10 @@ def test_a_partition_repaired_at_offset_above_0_reconciles_and_collects_safely(s
             sent.append(f"r{r}".encode())
     for _ in range(2):
         ce.advance()
-    run_reconcile(store)
+    reconcile(store)
     ce.advance()
     ce.advance()
-    run_reconcile(store)
+    reconcile(store)
     rec = run_gc(store, gate=gate)
     assert rec.status == "ok" and rec.m >= 5
     assert values(store, "t", 1) == sent

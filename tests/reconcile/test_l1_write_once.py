@@ -25,11 +25,11 @@ from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.l1 import L1File, build_file, encode_parquet
 from ctp_state.producer import Producer
-from ctp_state.reconcile import build_files_locally, run_reconcile
+from ctp_state.reconcile import build_files_locally
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from ctp_state.verify import verify_partition
-from tests.support import Wrapped, key_id, plog, values
+from tests.support import Wrapped, key_id, plog, reconcile, values
 
 
 class HeldL1Puts(Wrapped):
@@ -68,11 +68,11 @@ def test_a_zombie_reconcilers_late_l1_write_never_replaces_the_committed_file(st
     want = produce(store)
     zombie_view = HeldL1Puts(store)
     zombie: list = []
-    cfg = ReconcileSettings(lease_ms=1500, compression="snappy")  # an older deployment's settings
+    cfg = ReconcileSettings(idle_lag=2, lease_ms=1500, compression="snappy")  # an older deployment's settings
 
     def run_zombie():
         zombie.append(
-            run_reconcile(
+            reconcile(
                 zombie_view, config=cfg, map_files=lambda fs: build_files_locally(zombie_view, fs, compression="snappy")
             )
         )
@@ -82,11 +82,11 @@ def test_a_zombie_reconcilers_late_l1_write_never_replaces_the_committed_file(st
     try:
         assert zombie_view.reached.wait(60)  # it read the L0 chunks; its PUT is on the wire
         time.sleep(3.2)  # past its lease by the store's clock (S3 mtimes have 1 s resolution)
-        live = run_reconcile(store)
+        live = reconcile(store)
         assert live.partitions[0].status == "reconciled", live.partitions
         for _ in range(3):
             ce.advance()
-        run_reconcile(store)
+        reconcile(store)
         assert run_gc(store, gate=gate).status == "ok"
         assert not list(store.list(layout.L0_ROOT))  # the L0 source is gone: nothing could rebuild the file
     finally:
@@ -103,7 +103,7 @@ def test_verify_deep_checks_each_committed_l1_file_against_its_crc32c(store):
     create_topic(store, "t", 1)
     ClusterEpoch(store).advance()
     produce(store)
-    run_reconcile(store)
+    reconcile(store)
     state = plog(store, "t", 0).read_state()
     (last,) = state.l1_ends
     key = layout.l1_key("t", 0, 0, last, key_id(store, "t"))

@@ -24,11 +24,11 @@ from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.l1 import L1File, build_file
 from ctp_state.producer import Producer
-from ctp_state.reconcile import build_files_locally, run_reconcile
+from ctp_state.reconcile import build_files_locally
 from ctp_state.settings import GcSettings, ReconcileSettings
 from ctp_state.topics import create_topic
 from ctp_state.verify import verify_partition
-from tests.support import LostResponses, Wrapped, key_id, plog, values
+from tests.support import LostResponses, Wrapped, key_id, plog, reconcile, values
 
 SWEEP_NOW = GcSettings(l1_grace_s=0, l1_full_sweep_s=0)
 
@@ -74,7 +74,7 @@ def collect_everything(store, ce, gate):
     object the partition no longer needs goes, every orphan L1 file behind LR too."""
     for _ in range(3):
         ce.advance()
-    run_reconcile(store)
+    reconcile(store)
     rec = run_gc(store, gate=gate, config=SWEEP_NOW)
     assert rec.status == "ok", rec
     return rec
@@ -116,7 +116,7 @@ def test_live_reconciler_takes_over_a_zombies_earlier_file_and_l0_can_go(store, 
     zombie: list = []
     t = threading.Thread(
         target=lambda: zombie.append(
-            run_reconcile(store, config=ReconcileSettings(lease_ms=1500, compression="snappy"), map_files=slow)
+            reconcile(store, config=ReconcileSettings(idle_lag=2, lease_ms=1500, compression="snappy"), map_files=slow)
         )
     )
     t.start()
@@ -125,7 +125,7 @@ def test_live_reconciler_takes_over_a_zombies_earlier_file_and_l0_can_go(store, 
         (key,) = l1_keys(store)
         zombie_bytes = store.get(key)
         time.sleep(3.2)  # past the zombie's lease by the store's clock
-        live = run_reconcile(store)
+        live = reconcile(store)
         assert live.partitions[0].status == "reconciled", live.partitions
         assert store.get(key) == zombie_bytes and codec_of(zombie_bytes) == "SNAPPY"
         committed_match_store(store)
@@ -170,12 +170,12 @@ def test_a_rerun_after_a_crash_before_commit_with_other_file_boundaries(store, g
     chunk = state(store).pending[0].byte_length
     crashed = {k: (int(v[0]) * chunk if isinstance(v, str) and v.endswith("c") else v) for k, v in crashed.items()}
     rerun = {k: (int(v[0]) * chunk if isinstance(v, str) and v.endswith("c") else v) for k, v in rerun.items()}
-    cfg = ReconcileSettings(**crashed)
+    cfg = ReconcileSettings(idle_lag=2, **crashed)
     with pytest.raises(RuntimeError, match="killed"):
-        run_reconcile(store, config=cfg, map_files=crash_after_build(store, cfg.compression))
+        reconcile(store, config=cfg, map_files=crash_after_build(store, cfg.compression))
     orphans = {k: store.get(k) for k in l1_keys(store)}
     assert orphans and not state(store).l1_ends
-    s = run_reconcile(store, config=ReconcileSettings(**rerun))
+    s = reconcile(store, config=ReconcileSettings(idle_lag=2, **rerun))
     assert s.partitions[0].status == "reconciled", s.partitions
     committed_match_store(store)
     taken = set(orphans) & set(state(store).committed_l1_keys())
@@ -200,13 +200,13 @@ def test_a_lost_response_on_the_l1_create_is_taken_over_by_the_rerun(store, gate
     ce, want = setup(store)
     lossy = LostResponses(store, r"^l1/", times=1)
     try:
-        first = run_reconcile(lossy)
+        first = reconcile(lossy)
     except StoreError:
         first = None
     assert lossy.lost, "the fault never fired"
     if first is not None:
         assert first.partitions[0].status != "reconciled"
-    s = run_reconcile(store, config=ReconcileSettings(compression="snappy"))
+    s = reconcile(store, config=ReconcileSettings(idle_lag=2, compression="snappy"))
     assert s.partitions[0].status == "reconciled", s.partitions
     assert codec_of(store.get(lossy.lost[0])) == "ZSTD"  # the first run's file, taken over
     committed_match_store(store)
@@ -236,7 +236,7 @@ def test_a_retried_create_that_sees_its_own_write_commits_in_the_same_run(store,
     over its own bytes and the run commits at once."""
     ce, want = setup(store)
     w = RetriedCreate(store)
-    s = run_reconcile(w)
+    s = reconcile(w)
     assert w.fired == 1
     assert s.partitions[0].status == "reconciled", s.partitions
     committed_match_store(store)
@@ -266,7 +266,7 @@ def test_a_409_conflict_whose_other_write_never_lands_only_delays_the_partition(
     tried again, the file written, the partition committed in the same run."""
     ce, want = setup(store)
     w = ConflictNoFile(store)
-    first = run_reconcile(w)
+    first = reconcile(w)
     assert w.fired == 1
     assert first.partitions[0].status == "reconciled", first.partitions
     committed_match_store(store)
@@ -321,7 +321,7 @@ def test_the_l1_sweep_leaves_a_file_a_lapsed_reconciler_took_over_and_then_commi
     claimed after it); the gate then checks the file and the L0 goes."""
     ce, want = setup(store)
     with pytest.raises(RuntimeError, match="killed"):
-        run_reconcile(store, map_files=crash_after_build(store, "snappy"))
+        reconcile(store, map_files=crash_after_build(store, "snappy"))
     (key,) = l1_keys(store)
     built, go_on = threading.Event(), threading.Event()
 
@@ -333,7 +333,7 @@ def test_the_l1_sweep_leaves_a_file_a_lapsed_reconciler_took_over_and_then_commi
 
     res: list = []
     t = threading.Thread(
-        target=lambda: res.append(run_reconcile(store, config=ReconcileSettings(lease_ms=1500), map_files=slow))
+        target=lambda: res.append(reconcile(store, config=ReconcileSettings(idle_lag=2, lease_ms=1500), map_files=slow))
     )
     t.start()
     try:
@@ -361,7 +361,7 @@ def _reconcile_and_gc_a_few_times(store, ce, gate, rounds=3):
     Returns the last reconcile summary's partition report and the last GC record."""
     rep = rec = None
     for _ in range(rounds):
-        rep = run_reconcile(store).partitions[0]
+        rep = reconcile(store).partitions[0]
         ce.advance()
         rec = run_gc(store, gate=gate, config=SWEEP_NOW)
     return rep, rec
@@ -379,7 +379,7 @@ def held_until_deleted(store, ce, gate, rep, rec, key, why, want):
     assert not state(store).l1_ends  # no commit names it (nor any other file)
     assert not verify_partition(store, "t", 0, deep=True).findings  # verify --deep has nothing against it
     store.delete_many([key])
-    assert run_reconcile(store).partitions[0].status == "reconciled"
+    assert reconcile(store).partitions[0].status == "reconciled"
     committed_match_store(store)
     collect_everything(store, ce, gate)
     assert values(store) == want
@@ -399,7 +399,7 @@ def test_a_damaged_uncommitted_orphan_at_the_rerun_key_holds_the_partition_until
     alert call the L1 key an "L0 key", pointing the operator at the wrong object."""
     ce, want = setup(store)
     with pytest.raises(RuntimeError, match="killed"):
-        run_reconcile(store, map_files=crash_after_build(store))
+        reconcile(store, map_files=crash_after_build(store))
     (key,) = l1_keys(store)
     data = bytearray(store.get(key))
     data[len(data) // 3] ^= 0xFF  # one flipped byte inside the data pages
@@ -437,7 +437,7 @@ def test_a_recreated_topic_never_meets_the_old_topics_l1_file(store, gate, how):
     ce, _ = setup(store)
     old_id = key_id(store, "t")
     if how == "old-l1-left":
-        assert run_reconcile(store).partitions[0].status == "reconciled"
+        assert reconcile(store).partitions[0].status == "reconciled"
         _remove_topic_by_hand(store, with_l1=False)
         create_topic(store, "t", 1)
         want = produce(store, 20, prefix="new")
@@ -452,7 +452,7 @@ def test_a_recreated_topic_never_meets_the_old_topics_l1_file(store, gate, how):
             raise RuntimeError("killed between the L1 writes and the commit")
 
         with pytest.raises(RuntimeError, match="killed"):
-            run_reconcile(store, map_files=recreate_while_building)
+            reconcile(store, map_files=recreate_while_building)
         want = got["want"]
     old_key = layout.l1_key("t", 0, 0, 19, old_id)
     new_key = layout.l1_key("t", 0, 0, 19, key_id(store, "t"))
@@ -497,7 +497,7 @@ def test_a_fenced_zombie_whose_takeover_finds_the_orphan_collected_is_reported_f
     (the file it wrote lies behind LR: a full sweep collects it)."""
     _, want = setup(store)
     with pytest.raises(RuntimeError, match="killed"):
-        run_reconcile(store, map_files=crash_after_build(store))
+        reconcile(store, map_files=crash_after_build(store))
     (orphan,) = l1_keys(store)
     zv = PauseOnKeyExists(store)
 
@@ -507,7 +507,7 @@ def test_a_fenced_zombie_whose_takeover_finds_the_orphan_collected_is_reported_f
 
     zombie: list = []
     t = threading.Thread(
-        target=lambda: zombie.append(run_reconcile(zv, config=ReconcileSettings(lease_ms=1500), map_files=zmap))
+        target=lambda: zombie.append(reconcile(zv, config=ReconcileSettings(idle_lag=2, lease_ms=1500), map_files=zmap))
     )
     t.start()
     try:
@@ -516,7 +516,7 @@ def test_a_fenced_zombie_whose_takeover_finds_the_orphan_collected_is_reported_f
             time.sleep(0.05)
         assert state(store).holders, "the zombie never claimed"
         time.sleep(3.2)
-        live = run_reconcile(store, config=ReconcileSettings(target_file_bytes=1))
+        live = reconcile(store, config=ReconcileSettings(idle_lag=2, target_file_bytes=1))
         assert live.partitions[0].status == "reconciled", live.partitions
         zv.start_build.set()
         assert zv.met.wait(60)

@@ -9,20 +9,19 @@ import threading
 from ctp_state import layout
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.topics import create_topic
-from tests.support import CountingStore, plog
+from tests.support import CountingStore, plog, reconcile
 
 
 def idle_reconcile_counts(store, topic: str, partitions: int) -> dict[str, int]:
     """The requests of one reconcile run over ``partitions`` idle partitions due an
     advance (C moved by the idle lag since their init)."""
-    from ctp_state.reconcile import run_reconcile
     from ctp_state.settings import ReconcileSettings
 
     create_topic(store, topic, partitions)
-    for _ in range(ReconcileSettings().idle_lag):
+    for _ in range(ReconcileSettings(idle_lag=2).idle_lag):
         ClusterEpoch(store).advance()
     counting = CountingStore(store)
-    s = run_reconcile(counting, topics=[topic])
+    s = reconcile(counting, topics=[topic])
     assert s.partitions_advanced == partitions, s
     return dict(counting.counts)
 
@@ -60,12 +59,11 @@ def test_a_reconcile_run_releases_each_claim_in_the_partitions_last_entry(store)
     claim: the reconcile, or the advance (idle, or caught up and behind C after the
     reconcile). A separate release only where neither landed (a quarantined partition).
     Every claim is released; later runs claim again at once."""
-    from ctp_state.reconcile import run_reconcile
     from tests.support import corrupt_chunk, produce_rounds
 
     claim, release = ("claim", False), ("release", True)
     produce_rounds(store, "busy", partitions=1, rounds=1, per=5)  # C moves by 1: no advance after
-    run_reconcile(store, topics=["busy"])
+    reconcile(store, topics=["busy"])
     assert _kinds(store, "busy", 0)[2:] == [claim, ("reconcile", True)]
     create_topic(store, "idle", 1)
     produce_rounds(store, "behind", partitions=1, rounds=1, per=5)
@@ -73,14 +71,14 @@ def test_a_reconcile_run_releases_each_claim_in_the_partitions_last_entry(store)
     corrupt_chunk(store, "bad", 0)  # its chunk fails its CRC32C: quarantined
     for _ in range(3):
         ClusterEpoch(store).advance()
-    s = run_reconcile(store, topics=["idle", "behind", "bad"])
+    s = reconcile(store, topics=["idle", "behind", "bad"])
     assert (s.partitions_advanced, s.partitions_reconciled, s.partitions_quarantined) == (1, 1, 1), s
     assert _kinds(store, "idle", 0)[1:] == [("tick", False)]  # idle and free: one entry
     assert _kinds(store, "behind", 0)[2:] == [claim, ("reconcile", False), ("advance", True)]
     assert _kinds(store, "bad", 0)[2:] == [claim, release]
     for t in ("busy", "idle", "behind", "bad"):
         assert plog(store, t, 0).read_state().holders == (), t
-    again = run_reconcile(store, topics=["busy"])  # claimable at once, and now behind C
+    again = reconcile(store, topics=["busy"])  # claimable at once, and now behind C
     assert again.partitions_claim_held == 0 and again.partitions_advanced == 1, again
 
 
@@ -91,7 +89,7 @@ def test_a_reconcile_run_decodes_each_log_entry_once_when_the_tail_is_long(store
     snapshot ends at (the read-back checks its bytes are still there); with a short tail
     (below ``START_SNAPSHOT_TAIL``) the start read writes nothing and the read-back
     reads the tail again."""
-    from ctp_state.reconcile import START_SNAPSHOT_TAIL, run_reconcile
+    from ctp_state.reconcile import START_SNAPSHOT_TAIL
     from ctp_state.settings import ReconcileSettings
     from tests.support import Wrapped, produce_rounds
 
@@ -110,7 +108,7 @@ def test_a_reconcile_run_decodes_each_log_entry_once_when_the_tail_is_long(store
     produce_rounds(store, "long", partitions=1, rounds=START_SNAPSHOT_TAIL + 4, per=2)
     produce_rounds(store, "short", partitions=1, rounds=2, per=2)
     counting = PerKey(store)
-    s = run_reconcile(counting, config=ReconcileSettings(threads=2))
+    s = reconcile(counting, config=ReconcileSettings(idle_lag=2, threads=2))
     assert s.partitions_reconciled == 2, s
     for topic, tail, twice in (("long", START_SNAPSHOT_TAIL + 5, 1), ("short", 3, 3)):
         log = plog(store, topic, 0, write_snapshots=False)
@@ -126,16 +124,16 @@ def test_an_idle_partitions_tail_of_ticks_stays_short(store):
     """A tick leaves no snapshot; the next run's start read leaves one once an idle
     partition's tail reaches ``IDLE_SNAPSHOT_TAIL`` (a tail every later read would GET
     entry by entry), while a busy partition's waits for ``START_SNAPSHOT_TAIL``."""
-    from ctp_state.reconcile import IDLE_SNAPSHOT_TAIL, run_reconcile
+    from ctp_state.reconcile import IDLE_SNAPSHOT_TAIL
     from ctp_state.settings import ReconcileSettings
     from tests.support.snapshot import log_end, snap_offset
 
     create_topic(store, "t", 2)
     tails, ticks = [], 0
     for _ in range(6):
-        for _ in range(ReconcileSettings().idle_lag):
+        for _ in range(ReconcileSettings(idle_lag=2).idle_lag):
             ClusterEpoch(store).advance()
-        ticks += run_reconcile(store).partitions_advanced
+        ticks += reconcile(store).partitions_advanced
         tails += [log_end(store, "t", p) - snap_offset(store, "t", p) for p in range(2)]
     assert ticks == 12 and max(tails) == IDLE_SNAPSHOT_TAIL and min(tails) < IDLE_SNAPSHOT_TAIL, tails
     assert [kind for kind, _ in _kinds(store, "t", 0)] == ["init"] + ["tick"] * 6

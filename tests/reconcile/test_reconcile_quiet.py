@@ -15,17 +15,16 @@ from ctp_state.gc import run_gc
 from ctp_state.gc.history import newest_pack
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
-from tests.support import CountingStore, assert_exactly_once, l0_keys, plog, rewrite_footer
+from tests.support import CountingStore, assert_exactly_once, l0_keys, plog, reconcile, rewrite_footer
 
 P = 10  # at least ReconcileSettings.quiet_min: the quiet path is the default one here
 
 
-def epoch(store, gate, config=ReconcileSettings()):
+def epoch(store, gate, config=ReconcileSettings(idle_lag=2)):
     ClusterEpoch(store).advance()
-    s = run_reconcile(store, config=config)
+    s = reconcile(store, config=config)
     assert s.ok, [p for p in s.partitions if p.failed]
     rec = run_gc(store, gate=gate)
     assert rec.status == "ok", rec.gate.failures if rec.gate else rec.error
@@ -63,7 +62,7 @@ def test_a_quiet_partition_costs_nothing_between_its_ticks(store, gate):
         counts = []
         for topic in ("a", "b"):
             counting = CountingStore(store)
-            s = run_reconcile(counting, topics=[topic])
+            s = reconcile(counting, topics=[topic])
             assert s.ok and {p.status for p in s.partitions} <= {"idle", "advanced"}, s
             counts.append((dict(counting.counts), s.partitions_advanced))
         (few, ta), (many, tb) = counts
@@ -89,12 +88,12 @@ def test_a_placeholder_in_a_quiet_partition_is_found_by_its_l0_object(store, gat
     warm(store, gate)
     produce(store, 3, b"x")
     ClusterEpoch(store).advance()
-    s = run_reconcile(store)
+    s = reconcile(store)
     assert s.ok and s.partitions_reconciled == 1, s
     assert next(p for p in s.partitions if p.partition == 3).status == "reconciled"
     assert run_gc(store, gate=gate).status == "ok"
     logs = CountingLogs(store)
-    s = run_reconcile(logs)
+    s = reconcile(logs)
     assert s.ok and s.partitions_advanced == 0, s
     assert logs.partitions_read == {("t", 3)}, logs.partitions_read
     assert_exactly_once(store, "t", {p: [Record(b"x")] if p == 3 else [] for p in range(P)}, all_in_l1=True)
@@ -124,7 +123,7 @@ def test_a_placeholder_whose_l0_footer_names_another_partition_waits_for_its_tic
     _, placeholder_epoch = layout.parse_l0_key(key)
     rewrite_footer(store, key, lambda p: 4 if p == 3 else p)
     reconciled = False
-    for _ in range(ReconcileSettings().idle_lag + 1):
+    for _ in range(ReconcileSettings(idle_lag=2).idle_lag + 1):
         s, rec = epoch(store, gate)
         r3 = next(p for p in s.partitions if p.partition == 3)
         reconciled = reconciled or r3.status == "reconciled"
@@ -144,9 +143,9 @@ def test_a_placeholder_whose_l0_object_is_gone_is_quarantined_at_its_tick(store,
     _, placeholder_epoch = layout.parse_l0_key(key)
     store.delete_many([key])
     statuses = []
-    for _ in range(ReconcileSettings().idle_lag + 1):
+    for _ in range(ReconcileSettings(idle_lag=2).idle_lag + 1):
         ClusterEpoch(store).advance()
-        s = run_reconcile(store)
+        s = reconcile(store)
         statuses.append(next(p.status for p in s.partitions if p.partition == 6))
         rec = run_gc(store, gate=gate)
         assert rec.status == "ok"
@@ -162,7 +161,7 @@ def test_a_footer_that_does_not_read_makes_the_run_read_every_partition(store, g
     store.put(key, data[:-20] + bytes([data[-20] ^ 0xFF]) + data[-19:])  # the footer's last byte
     ClusterEpoch(store).advance()
     logs = CountingLogs(store)
-    s = run_reconcile(logs)
+    s = reconcile(logs)
     assert s.ok and s.partitions_reconciled == 1, s  # (the chunk itself is intact)
     assert logs.partitions_read == {("t", p) for p in range(P)}, logs.partitions_read
     assert_exactly_once(store, "t", {p: [Record(b"y")] if p == 2 else [] for p in range(P)}, all_in_l1=True)
@@ -174,7 +173,7 @@ def test_a_stray_key_under_the_l0_root_makes_the_run_read_every_partition(store,
     produce(store, 5, b"z")
     ClusterEpoch(store).advance()
     logs = CountingLogs(store)
-    s = run_reconcile(logs)
+    s = reconcile(logs)
     assert s.ok and s.partitions_reconciled == 1, s
     assert logs.partitions_read == {("t", p) for p in range(P)}, logs.partitions_read
 
@@ -190,7 +189,9 @@ def _replace_the_pack_states_last_entry(store, gate, *, due_next: bool) -> str:
         epoch(store, gate)
     while True:  # the pack's state of partition 0 ends at its newest entry
         st = newest_pack(store).states[("t", 0)][0]
-        if (ClusterEpoch(store).current() + 1 - st.min_epoch_lower_bound >= ReconcileSettings().idle_lag) == due_next:
+        if (
+            ClusterEpoch(store).current() + 1 - st.min_epoch_lower_bound >= ReconcileSettings(idle_lag=2).idle_lag
+        ) == due_next:
             break
         epoch(store, gate)
     last_off = st.applied_offset
@@ -214,7 +215,7 @@ def test_a_placeholder_in_the_slot_of_a_pack_states_lost_entry_is_read_at_once(s
     for a store that lost the entry the bound came from.)"""
     _replace_the_pack_states_last_entry(store, gate, due_next=False)
     ClusterEpoch(store).advance()
-    s = run_reconcile(store)
+    s = reconcile(store)
     r0 = next(p for p in s.partitions if p.partition == 0)
     assert r0.status == "reconciled", r0
     assert_exactly_once(store, "t", {p: [Record(b"victim")] if p == 0 else [] for p in range(P)}, all_in_l1=True)
@@ -229,7 +230,7 @@ def test_a_pack_state_whose_entry_was_replaced_is_read_not_ticked(store, gate):
     key = _replace_the_pack_states_last_entry(store, gate, due_next=True)
     rewrite_footer(store, key, lambda p: 1)
     ClusterEpoch(store).advance()
-    s = run_reconcile(store)
+    s = reconcile(store)
     r0 = next(p for p in s.partitions if p.partition == 0)
     assert r0.status == "reconciled", r0
     assert_exactly_once(store, "t", {p: [Record(b"victim")] if p == 0 else [] for p in range(P)}, all_in_l1=True)

@@ -21,10 +21,9 @@ from ctp_state import entries as en, reconcile as rc
 from ctp_state.entries import AccessMode
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
-from tests.support import plog, produce_rounds
+from tests.support import plog, produce_rounds, reconcile
 from tests.support.snapshot import advance, converges
 
 
@@ -45,7 +44,7 @@ def test_a_planned_advance_refused_after_a_producer_wrote_leaves_no_claim_held(f
         sent[0].append(late)
         return out
 
-    s = run_reconcile(store, config=ReconcileSettings(threads=1), map_files=build_then_produce)
+    s = reconcile(store, config=ReconcileSettings(idle_lag=2, threads=1), map_files=build_then_produce)
     assert s.partitions_reconciled == 1, s
     tail = _entries(store)[-4:]
     assert [type(e).__name__ for e in tail] == ["Claim", "Placeholder", "Reconcile", "Release"], tail
@@ -80,7 +79,7 @@ def test_a_fenced_releasing_reconcile_releases_nothing_and_the_new_holder_keeps_
         taken["we"] = got.state.writer_epoch
         return out
 
-    s = run_reconcile(store, config=ReconcileSettings(threads=1), map_files=build_then_lose_the_claim)
+    s = reconcile(store, config=ReconcileSettings(idle_lag=2, threads=1), map_files=build_then_lose_the_claim)
     assert s.partitions_fenced == 1 and s.partitions_reconciled == 0, s
     st = plog(store, "t", 0).read_state()
     assert [(h.owner, h.writer_epoch) for h in st.holders] == [("reconciler:other", taken["we"])]

@@ -14,13 +14,12 @@ from ctp_state.errors import GateFailed
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings
 from ctp_state.storage import ObjectStore
 from ctp_state.topics import create_topic
 from expectations.gate import GxGate
 from expectations.job import write_report
-from tests.support import plog
+from tests.support import plog, reconcile
 
 TOPIC = "orders"
 PARTITIONS = 8
@@ -42,7 +41,7 @@ def build(store: ObjectStore, report_dir: str, rounds: int = 6) -> GxGate:
     for i in range(rounds):
         _produce(store, range(PARTITIONS))
         ce.advance()
-        run_reconcile(store)
+        reconcile(store)
         run_gc(store, gate=gate, config=GcSettings(dry_run=i == 1))
 
     # A gate that fails once: the partition states it is shown say a lower bound went
@@ -64,7 +63,7 @@ def build(store: ObjectStore, report_dir: str, rounds: int = 6) -> GxGate:
     _produce(store, [1, 2, 3])
     corrupt_chunk(store, TOPIC, 2)
     ce.advance()
-    run_reconcile(store)  # t/1: claim held, skipped; t/2: quarantined; the rest reconciled
+    reconcile(store)  # t/1: claim held, skipped; t/2: quarantined; the rest reconciled
     _produce(store, [3, 5], n=200)
     return gate
 

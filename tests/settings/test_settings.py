@@ -41,7 +41,7 @@ def test_the_spark_apps_defaults_are_the_settings_defaults():
 def test_the_defaults_are_the_documented_ones():
     """The numbers the README and the DAG docs quote."""
     r, g = ReconcileSettings(), GcSettings()
-    assert (r.target_file_bytes, r.idle_lag, r.lease_ms, r.claim_wait_s) == (128 * MiB, 2, 900_000, 0.0)
+    assert (r.target_file_bytes, r.idle_lag, r.lease_ms, r.claim_wait_s) == (128 * MiB, 6, 900_000, 0.0)
     assert (g.dry_run, g.grace_s, g.l1_grace_s, g.max_deletes, g.in_flight) == (False, 0.0, 3600.0, None, 4)
     assert (g.l1_full_sweep_s, g.tmp_grace_s) == (86400.0, 3600.0)
 

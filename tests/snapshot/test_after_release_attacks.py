@@ -35,10 +35,9 @@ from ctp_state.errors import CtpError, StateUnreadable, StoreError
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings, ReconcileSettings
 from ctp_state.topics import create_topic
-from tests.support import Wrapped, assert_exactly_once, key_id, l0_keys, plog, produce_rounds
+from tests.support import Wrapped, assert_exactly_once, key_id, l0_keys, plog, produce_rounds, reconcile
 from tests.support.snapshot import (
     advance,
     append_singles,
@@ -62,7 +61,7 @@ def test_snapshot_after_release_agrees_with_replay_and_gc_keeps_exactly_once(sto
     snapshots deletes what it may and nothing any record still needs."""
     sent = produce_rounds(store, partitions=3, rounds=3, per=20)
     advance(store, 2)
-    s = run_reconcile(store)
+    s = reconcile(store)
     assert s.partitions_reconciled == 3
     for p in range(3):
         assert snap_offset(store, "t", p) == log_end(store, "t", p)
@@ -73,7 +72,7 @@ def test_snapshot_after_release_agrees_with_replay_and_gc_keeps_exactly_once(sto
     # A second reconcile (an idle advance: one tick entry, no snapshot after it) and GC:
     # the snapshot stays one entry behind, and every reader folds the tick on top.
     advance(store, 2)
-    run_reconcile(store)
+    reconcile(store)
     for p in range(3):
         assert log_end(store, "t", p) - snap_offset(store, "t", p) == 1
     deep_ok(store)
@@ -95,12 +94,12 @@ def test_lapsed_reconciler_fenced_commit_and_rejected_release_snapshot_the_log(f
     sent = produce_rounds(store, partitions=2, rounds=2, per=10)
     advance(store, 1)
     late: dict[int, list[Record]] = {0: [], 1: []}
-    cfg_a = ReconcileSettings(lease_ms=200, threads=1)
+    cfg_a = ReconcileSettings(idle_lag=2, lease_ms=200, threads=1)
 
     def slow_build(files):
         out = rc.build_files_locally(store, files)
         time.sleep(0.4)  # A's lease lapses
-        b = run_reconcile(store, config=ReconcileSettings(threads=1))
+        b = reconcile(store, config=ReconcileSettings(idle_lag=2, threads=1))
         assert b.partitions_reconciled == 2, b
         with Producer(store, epoch_ttl_s=0) as prod:
             for p in (0, 1):
@@ -109,7 +108,7 @@ def test_lapsed_reconciler_fenced_commit_and_rejected_release_snapshot_the_log(f
                 late[p].extend(recs)
         return out
 
-    a = run_reconcile(store, config=cfg_a, map_files=slow_build)
+    a = reconcile(store, config=cfg_a, map_files=slow_build)
     assert a.partitions_fenced == 2, a
     for p in (0, 1):
         sent[p].extend(late[p])
@@ -169,7 +168,7 @@ def test_release_whose_response_was_lost_resolves_and_snapshots_the_log_end(fsto
     sent = produce_rounds(store, partitions=2, rounds=2, per=10)
     advance(store, 2)
     lossy = ReleaseFaults(store, unreachable=False, times=2)
-    s = run_reconcile(lossy, config=ReconcileSettings(threads=1))
+    s = reconcile(lossy, config=ReconcileSettings(idle_lag=2, threads=1))
     assert s.partitions_reconciled == 2 and lossy.fired == 2, s
     for p in (0, 1):
         assert snap_offset(store, "t", p) == log_end(store, "t", p)
@@ -194,7 +193,7 @@ def test_release_with_unknown_outcome_writes_no_snapshot_and_converges(fstore, g
         except CtpError:
             before[p] = None
     lossy = ReleaseFaults(store, unreachable=True, times=1)
-    s = run_reconcile(lossy, config=ReconcileSettings(threads=1, lease_ms=300))
+    s = reconcile(lossy, config=ReconcileSettings(idle_lag=2, threads=1, lease_ms=300))
     assert lossy.fired == 1
     cut = next(iter(lossy.cut))
     p_cut = int(cut.rstrip("/").rsplit("/", 1)[1])
@@ -208,7 +207,7 @@ def test_release_with_unknown_outcome_writes_no_snapshot_and_converges(fstore, g
     gc_ok(store, gate)
     assert_exactly_once(store, "t", sent)
     advance(store, 2)
-    run_reconcile(store)
+    reconcile(store)
     gc_ok(store, gate)
     assert_exactly_once(store, "t", sent)
     deep_ok(store)
@@ -226,7 +225,7 @@ def die(store, topic, partition, topic_id):
     os.kill(os.getpid(), signal.SIGKILL)
 
 rc._snapshot = die
-rc.run_reconcile(open_store(sys.argv[1], os.environ), config=ReconcileSettings(lease_ms=800, threads=2))
+rc.run_reconcile(open_store(sys.argv[1], os.environ), config=ReconcileSettings(idle_lag=2, lease_ms=800, threads=2))
 """
 
 
@@ -253,7 +252,7 @@ def test_kill_9_between_release_and_snapshot_converges(fstore, gate):
     no_pending_l0_below_m(store, "t", 4, rec.m)
     assert_exactly_once(store, "t", sent, all_in_l1=False)
     time.sleep(1.0)  # the dead run's leases end
-    run_reconcile(store)
+    reconcile(store)
     gc_ok(store, gate)
     assert_exactly_once(store, "t", sent)
     deep_ok(store)
@@ -284,7 +283,7 @@ def _torn_reconcile(store, *, snapshot_after_release: bool, monkeypatch):
     if not snapshot_after_release:  # the code before 80721d0
         monkeypatch.setattr(rc, "_snapshot", lambda store, topic, partition, topic_id: None)
     torn = TornEntries(store)
-    s = run_reconcile(torn, config=ReconcileSettings(threads=1))
+    s = reconcile(torn, config=ReconcileSettings(idle_lag=2, threads=1))
     assert s.partitions_reconciled == 1 and len(torn.torn) == 1, s
     return sent, torn.torn[0]
 
@@ -355,7 +354,7 @@ def _run_delayed(store, monkeypatch, *, corrupt_covered: bool) -> tuple[dict[int
     advance(store, 2)
     seen: dict[str, int] = {}
     monkeypatch.setattr(rc, "_snapshot", _delayed(store, sent, seen, corrupt_covered=corrupt_covered))
-    run_reconcile(store, config=ReconcileSettings(threads=1))
+    reconcile(store, config=ReconcileSettings(idle_lag=2, threads=1))
     return sent, seen
 
 
@@ -373,7 +372,7 @@ def test_a_delayed_post_release_snapshot_never_regresses_a_newer_one(fstore, gat
     advance(store, 2)
     gc_ok(store, gate)
     assert_exactly_once(store, "t", sent, all_in_l1=False)
-    run_reconcile(store)
+    reconcile(store)
     gc_ok(store, gate)
     assert_exactly_once(store, "t", sent)
 
@@ -407,7 +406,7 @@ def test_a_torn_reconcile_entry_on_a_long_log_stops_the_gc(fstore, gate):
     append_singles(store, 70, "r")  # a log longer than snapshot_every
     advance(store, 2)
     torn = TornEntries(store)
-    s = run_reconcile(torn, config=ReconcileSettings(threads=1))
+    s = reconcile(torn, config=ReconcileSettings(idle_lag=2, threads=1))
     assert s.partitions_reconciled == 1 and len(torn.torn) == 1
     torn_offset = layout.log_offset_of(torn.torn[0], plog(store, "t", 0).prefix)
     assert snap_offset(store, "t", 0) < torn_offset
@@ -459,7 +458,7 @@ def test_racing_reconcilers_producer_and_gcs_keep_exactly_once_and_snapshots_agr
 
     def reconcile_loop(lease_ms):
         def one():
-            run_reconcile(store, config=ReconcileSettings(lease_ms=lease_ms, threads=2, target_file_bytes=300))
+            reconcile(store, config=ReconcileSettings(idle_lag=2, lease_ms=lease_ms, threads=2, target_file_bytes=300))
 
         return one
 
@@ -491,7 +490,7 @@ def test_racing_reconcilers_producer_and_gcs_keep_exactly_once_and_snapshots_agr
     assert_exactly_once(store, "t", sent, all_in_l1=False)
     time.sleep(0.1)
     advance(store, 2)
-    run_reconcile(store)
+    reconcile(store)
     gc_ok(store, gate)
     deep_ok(store)
     assert_exactly_once(store, "t", sent)

@@ -16,21 +16,20 @@ from ctp_state.gc.l1_sweep import L1_CHECK_SCHEMA
 from ctp_state.gc.tables import L1_DROPPED_SCHEMA, TABLE_FILES_SCHEMA, TABLE_PARTITIONS_SCHEMA, HistoryCandidate
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.records import GcRecord
 from ctp_state.storage import DeleteResult, ObjectStore
-from tests.support import Wrapped, produce_rounds
+from tests.support import Wrapped, produce_rounds, reconcile
 
 
 def reconciled(store: ObjectStore, rounds: int = 3, topic: str = "t", partitions: int = 3):
     """Produce ``rounds`` flushes, reconcile, advance C twice and reconcile again, so
     every partition's lower bound moves up (R6) and L0 garbage exists."""
     sent = produce_rounds(store, topic=topic, partitions=partitions, rounds=rounds, per=20)
-    run_reconcile(store)
+    reconcile(store)
     ce = ClusterEpoch(store)
     ce.advance()
     ce.advance()
-    run_reconcile(store)
+    reconcile(store)
     return sent
 
 

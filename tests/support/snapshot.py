@@ -10,10 +10,9 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.gc import run_gc
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings
 from ctp_state.verify import verify
-from tests.support import assert_exactly_once, plog
+from tests.support import assert_exactly_once, plog, reconcile
 
 
 def log_end(store, topic: str, p: int) -> int:
@@ -71,7 +70,7 @@ def converges(store, gate, sent: dict[int, list[Record]], partitions: int) -> No
     rec = gc_ok(store, gate)
     no_pending_l0_below_m(store, "t", partitions, rec.m)
     assert_exactly_once(store, "t", sent, all_in_l1=False)
-    run_reconcile(store)
+    reconcile(store)
     gc_ok(store, gate)
     assert_exactly_once(store, "t", sent)
     deep_ok(store)

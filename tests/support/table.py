@@ -12,13 +12,12 @@ from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.read import read_partition
-from ctp_state.reconcile import run_reconcile
 from ctp_state.status import read_states
 from ctp_state.storage import S3Settings
 from ctp_state.table.catalog import open_catalog
 from ctp_state.table.publish import publish
 from ctp_state.topics import get_topic
-from tests.support import plog
+from tests.support import plog, reconcile
 
 COLUMNS = ["partition", "offset", "timestamp", "key", "value", "headers"]
 
@@ -41,7 +40,7 @@ def load(store, rounds: int = 2, partitions: int = 3, per: int = 4, tag: str = "
                 ]
             )
         assert all(v.accepted for v in verdicts)
-        run_reconcile(store)
+        reconcile(store)
 
 
 def do_publish(store, config, tmp_path):

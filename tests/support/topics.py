@@ -11,9 +11,8 @@ from ctp_state.entries import Init, encode
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings
-from tests.support import key_id
+from tests.support import key_id, reconcile
 
 NOW = GcSettings(topic_removal_grace_s=0)  # remove a deleted incarnation's state in the same run
 
@@ -27,7 +26,7 @@ def load(store, tag: str, n: int = 10, partition: int = 0) -> None:
 def settle(store) -> None:
     for _ in range(3):
         ClusterEpoch(store).advance()
-    run_reconcile(store)
+    reconcile(store)
 
 
 def space_keys(store, t) -> list[str]:

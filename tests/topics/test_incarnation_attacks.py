@@ -24,15 +24,14 @@ from ctp_state.ingest import produce_input
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.read import committed_l1_keys
-from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import GcSettings, ReconcileSettings
 from ctp_state.status import reconcile_summaries
 from ctp_state.topics import Topic, create_topic, encode_meta, get_topic
-from tests.support import LostResponses, Wrapped, key_id, l0_keys, plog, values
+from tests.support import LostResponses, Wrapped, key_id, l0_keys, plog, reconcile, values
 from tests.support.gc import named, run_files
 from tests.support.topics import remove_by_hand
 
-ONE_PER_CHUNK = ReconcileSettings(target_file_bytes=1)
+ONE_PER_CHUNK = ReconcileSettings(idle_lag=2, target_file_bytes=1)
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -49,7 +48,7 @@ def write(store, topic: str, partition: int, tag: str, n: int = 5) -> list[bytes
 def settle(store, ce: ClusterEpoch, n: int = 3) -> None:
     for _ in range(n):
         ce.advance()
-    run_reconcile(store)
+    reconcile(store)
 
 
 # --- commit 2: a GC run's own files ------------------------------------------------------------
@@ -171,7 +170,7 @@ def recreate_with_a_damaged_first_file_and_gc(fstore, ce, gate, *, partitions: i
     remove_by_hand(fstore, "t")
     create_topic(fstore, "t", partitions)
     write(fstore, "t", 0, "new", 20)
-    run_reconcile(fstore)
+    reconcile(fstore)
     (l1,), _ = committed_l1_keys(plog(fstore, "t", 0))
     data = bytearray(fstore.get(l1))
     data[len(data) // 2] ^= 0x10
@@ -288,7 +287,7 @@ def test_files_built_after_the_lost_chunk_are_checked_by_the_gc_once_committed(f
     ce = ClusterEpoch(fstore)
     ce.advance()
     sent, lost, backup = lose_fourth_chunk(fstore)
-    (p,) = run_reconcile(fstore, config=ONE_PER_CHUNK).partitions
+    (p,) = reconcile(fstore, config=ONE_PER_CHUNK).partitions
     assert p.status == "quarantined" and p.key == lost
     after = layout.l1_key("t", 0, 25, 29, key_id(fstore, "t"))  # built from the sixth chunk, not committed
     assert fstore.head(after) is not None
@@ -297,7 +296,7 @@ def test_files_built_after_the_lost_chunk_are_checked_by_the_gc_once_committed(f
     assert run_gc(fstore, gate=gate, config=GcSettings(l1_grace_s=0, l1_full_sweep_s=0)).status == "ok"
     assert fstore.head(after) is not None  # beyond LR: a live writer may still commit it
     fstore.put(lost, backup)
-    (p,) = run_reconcile(fstore, config=ONE_PER_CHUNK).partitions
+    (p,) = reconcile(fstore, config=ONE_PER_CHUNK).partitions
     assert p.status == "reconciled", p
     assert values(fstore) == sent
     keys, _ = committed_l1_keys(plog(fstore, "t", 0))
@@ -321,15 +320,15 @@ def test_a_stale_quarantine_summary_does_not_hold_a_partition_whose_object_the_g
     ce = ClusterEpoch(fstore)
     ce.advance()
     sent, lost, backup = lose_fourth_chunk(fstore)
-    stale = run_reconcile(fstore, config=ONE_PER_CHUNK)
+    stale = reconcile(fstore, config=ONE_PER_CHUNK)
     fstore.put(lost, backup)
-    run_reconcile(fstore)
+    reconcile(fstore)
     settle(fstore, ce)
     run_gc(fstore, gate=gate)
     assert fstore.head(lost) is None  # reconciled, below M: deleted by the GC
     reconcile_summaries(fstore).append(lambda seq: stale)  # the slow run's summary, newest
     sent += write(fstore, "t", 0, "later")
-    (p,) = run_reconcile(fstore).partitions
+    (p,) = reconcile(fstore).partitions
     assert p.status == "reconciled", p
     assert values(fstore) == sent
 
@@ -340,12 +339,12 @@ def test_a_summary_of_the_deleted_incarnation_does_not_hold_the_new_one(fstore):
     create_topic(fstore, "t", 1)
     ClusterEpoch(fstore).advance()
     _, lost, _ = lose_fourth_chunk(fstore)
-    (p,) = run_reconcile(fstore, config=ONE_PER_CHUNK).partitions
+    (p,) = reconcile(fstore, config=ONE_PER_CHUNK).partitions
     assert p.status == "quarantined" and p.key == lost
     remove_by_hand(fstore, "t")
     create_topic(fstore, "t", 1)
     sent = write(fstore, "t", 0, "new")
-    (p,) = run_reconcile(fstore).partitions
+    (p,) = reconcile(fstore).partitions
     assert p.status == "reconciled", p
     assert values(fstore) == sent
 
@@ -367,7 +366,7 @@ def test_the_gc_keeps_every_l0_object_behind_a_partial_commit(fstore, gate):
     lost = pending[3].l0_key
     backup = fstore.get(lost)
     fstore.delete_many([lost])
-    (p,) = run_reconcile(fstore, config=ONE_PER_CHUNK).partitions
+    (p,) = reconcile(fstore, config=ONE_PER_CHUNK).partitions
     assert p.status == "quarantined"
     for _ in range(5):
         settle(fstore, ce)
@@ -375,7 +374,7 @@ def test_the_gc_keeps_every_l0_object_behind_a_partial_commit(fstore, gate):
         assert rec.status == "ok" and rec.m is not None and rec.m < pending[3].epoch
     assert {q.l0_key for q in pending[4:]} <= l0_keys(fstore)
     fstore.put(lost, backup)
-    run_reconcile(fstore, config=ONE_PER_CHUNK)
+    reconcile(fstore, config=ONE_PER_CHUNK)
     assert values(fstore) == sent
 
 
@@ -401,11 +400,11 @@ def test_one_failed_head_of_a_lost_object_does_not_stop_every_other_partition(fs
     create_topic(fstore, "t", 2)
     ClusterEpoch(fstore).advance()
     _, lost, _ = lose_fourth_chunk(fstore, "t", 0)
-    run_reconcile(fstore, config=ONE_PER_CHUNK)
+    reconcile(fstore, config=ONE_PER_CHUNK)
     more = write(fstore, "t", 1, "other")
     flaky = HeadFailsOnce(fstore, lost)
     try:
-        summary = run_reconcile(flaky)
+        summary = reconcile(flaky)
     except StoreError as e:
         pytest.fail(f"one HEAD of t/0's lost object failed, and so did the whole run: {e}")
     by = {(r.topic, r.partition): r for r in summary.partitions}
