@@ -148,7 +148,13 @@ def prepare(
     summary_used = summary.run_id if summary else None
     on_progress("read", 1, 1)
     quarantined = quarantined_of(summary)
-    decision: MDecision = compute_m(c, views, now_ms=started_ms, quarantined=quarantined)  # type: ignore[arg-type]
+    decision: MDecision = compute_m(
+        c,
+        views,  # type: ignore[arg-type]
+        now_ms=started_ms,
+        quarantined=quarantined,
+        idle_lag=summary.idle_lag if summary else 0,
+    )
     alert = m_alert(
         m=decision.m,
         cluster_epoch=c,

@@ -40,11 +40,12 @@ def compute_m(
     *,
     now_ms: int,
     quarantined: Mapping[tuple[str, int], tuple[str | None, str]] | None = None,
+    idle_lag: int = 0,
 ) -> MDecision:
     """R4 over states read *after* ``cluster_epoch``; R7 reasons for the partitions at M.
 
-    ``quarantined`` maps (topic, partition) to (L0 key, reason) from the newest
-    reconcile summary. Pure.
+    ``quarantined`` maps (topic, partition) to (L0 key, reason) and ``idle_lag`` is the
+    reconciler's (0: unknown), both from the newest reconcile summary. Pure.
     """
     quarantined = quarantined or {}
     missing = [s for s in states if not s.initialized]
@@ -84,9 +85,19 @@ def compute_m(
             else:
                 reasons.append(f"claim held by {h.owner} ({h.mode.value}) until {_iso(h.lease_until_ms)}")
         if not reasons:
-            reasons.append("idle: lower bound not advanced yet (the next reconcile advances it, R6)")
+            reasons.append(_idle_reason(s.min_epoch_lower_bound, cluster_epoch, idle_lag))
         held.append(Holdback(s.topic, s.partition, m, tuple(reasons)))
     return MDecision(cluster_epoch, m, tuple(held), len(states))
+
+
+def _idle_reason(bound: int | None, cluster_epoch: int, idle_lag: int) -> str:
+    """When the reconciler advances an idle partition at M (R6): once C - bound >= idle_lag."""
+    head = f"idle: lower bound {bound} not advanced yet"
+    if not idle_lag or bound is None:
+        return f"{head} (a reconcile advances it once it trails C by its idle_lag, R6)"
+    if cluster_epoch - bound >= idle_lag:
+        return f"{head} (the next reconcile advances it: idle_lag {idle_lag}, R6)"
+    return f"{head} (a reconcile advances it once C reaches {bound + idle_lag}: idle_lag {idle_lag}, R6)"
 
 
 #: A partition's status in the operator's view, worst first (the report orders by it).
@@ -114,8 +125,8 @@ def partition_status(
 
     ``quarantined`` (a reconciler stopped at a corrupt L0 chunk) comes before a held
     claim (a stuck claim stops the reconciler), then reconciler lag; a partition with
-    no lag is ``idle`` while its M(p) trails ``C - 1`` (the next reconcile advances it,
-    R6) and ``caught up`` once it does not hold M below ``C - 1``.
+    no lag is ``idle`` while its M(p) trails ``C - 1`` (a reconcile advances it once its
+    lower bound trails C by ``idle_lag``, R6) and ``caught up`` once it does not hold M below ``C - 1``.
     """
     q = (quarantined or {}).get((s.topic, s.partition))
     if q is not None:
@@ -133,7 +144,9 @@ def partition_status(
             "lagging", f"{s.lag_entries} placeholders, {s.lag_records} records, {s.lag_bytes} bytes not in L1"
         )
     if s.m is None or s.m < cluster_epoch - 1:
-        return PartitionStatus("idle", f"M(p)={s.m} < C-1={cluster_epoch - 1} until the next reconcile (R6)")
+        return PartitionStatus(
+            "idle", f"M(p)={s.m} < C-1={cluster_epoch - 1} until its advance (R6: every idle_lag epochs)"
+        )
     return PartitionStatus("caught up", None)
 
 

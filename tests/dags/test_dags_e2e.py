@@ -41,7 +41,7 @@ def test_the_three_dags_run_end_to_end(airflow_env, store, tmp_path):
     assert out["records_produced"] == out["records_reconciled"] == out["records_read_back"] == 9000
     assert out["records_in_table"] == 9000  # the publish task after Spark
     # One L0 object per round, at epochs 1, 2 and 3; reconciled at C = 4: each partition's
-    # window moved to epoch 3 with its last write, so M >= 1 (its idle advance, R6, is
+    # window spans epochs 2 and 3 after its last write, so M >= 1 (its idle advance, R6, is
     # due only `idle_lag` epochs on: 6 by default) and the GC deleted exactly the rounds'
     # objects at or below M, after a dry run that said so.
     assert 1 <= out["m"] < out["epoch_after"]

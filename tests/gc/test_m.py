@@ -59,3 +59,21 @@ def test_a_partition_created_while_a_gc_runs_keeps_its_data(store):
 def test_partitions_at_c_minus_1_are_not_reported_as_holding_m_back():
     d = compute_m(5, [st("t", 0, Init(5)), st("t", 1, Init(5))], now_ms=0)
     assert d.m == 4 and [h.topic for h in d.held_by] == [None]
+
+
+def test_an_idle_partition_at_m_says_when_the_reconciler_advances_it():
+    # Lower bound 3 at C = 6: with the reconciler's idle_lag 6 (its newest summary's), the
+    # tick comes at C = 9, not at the next reconcile.
+    idle = st("t", 0, Init(3))
+    (h,) = compute_m(6, [idle, st("t", 1, Init(6))], now_ms=0, idle_lag=6).held_by
+    assert h.partition == 0 and h.reasons == (
+        "idle: lower bound 3 not advanced yet (a reconcile advances it once C reaches 9: idle_lag 6, R6)",
+    )
+    # Due now (C - 3 >= 2): the next reconcile.
+    (h,) = compute_m(6, [idle, st("t", 1, Init(6))], now_ms=0, idle_lag=2).held_by
+    assert h.reasons == ("idle: lower bound 3 not advanced yet (the next reconcile advances it: idle_lag 2, R6)",)
+    # No reconcile summary: the lag is not known here.
+    (h,) = compute_m(6, [idle, st("t", 1, Init(6))], now_ms=0).held_by
+    assert h.reasons == (
+        "idle: lower bound 3 not advanced yet (a reconcile advances it once it trails C by its idle_lag, R6)",
+    )
