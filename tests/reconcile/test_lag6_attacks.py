@@ -28,12 +28,11 @@ from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import CompactSettings, GcSettings, ReconcileSettings
 from ctp_state.topics import create_topic
-from tests.reconcile.test_quiet_race_attacks import Acks
+from tests.reconcile.test_quiet_race_attacks import PLANS, Acks, record_plans  # noqa: F401 (a fixture)
 
 DEF = ReconcileSettings()  # idle_lag 6, quiet_min 8
 Q1 = ReconcileSettings(quiet_min=1)
 P = 10
-PLANS: list = []
 
 
 @pytest.fixture
@@ -42,18 +41,8 @@ def store(fstore):
 
 
 @pytest.fixture(autouse=True)
-def spy_plans(monkeypatch):
-    from ctp_state import reconcile
-
-    real = reconcile.plan_reads
-
-    def spy(*a, **kw):
-        plan = real(*a, **kw)
-        PLANS.append((plan.why_all, len(plan.read), len(plan.tick), len(plan.skip)))
-        return plan
-
-    monkeypatch.setattr(reconcile, "plan_reads", spy)
-    PLANS.clear()
+def at_the_default():
+    """(``record_plans``, imported, is autouse: every read plan goes to ``PLANS``.)"""
     yield
     assert DEF.idle_lag == 6 and DEF.quiet_min == 8
 
