@@ -19,16 +19,20 @@ timed, with that process's peak RSS:
   (Great Expectations, pandas), which a GC process pays once, is timed apart
   (``gate_import_seconds``). Being the first, it reads every log, and leaves the state
   pack later runs start from;
-- reconcile_pack: the steady state of an idle cluster: C advanced by the idle lag, one
-  reconcile run starting from the GC's state pack (a GET of each partition's last entry,
-  the 404 after it, and a tick each);
+- reconcile_pack: C advanced by the idle lag, one reconcile run starting from the GC's
+  state pack (a GET of each partition's last entry, the 404 after it, and a tick each):
+  every partition due at once, as after C moved by the lag with no reconcile between;
 - gc_pack: the GC run after it, from its pack: M from the pack's states and the ticks
   the reconcile reported (a GET of each last entry and of each tick, no listing), the
   gate and the records, as every GC between full reads (``partitions_read`` says how
   many it read from their logs: 0);
-- reconcile_quiet: C advanced by one, one reconcile run from that GC's pack: every
-  partition is quiet and none is due, so none is read (one listing of the empty L0
-  root; ``advanced``: 0): an idle cluster's reconcile between ticks.
+- reconcile_quiet: C advanced by one, one reconcile run from that GC's pack with
+  ``tick_together``: every partition is quiet and none is due, so none is read (one
+  listing of the empty L0 root; ``advanced``: 0): the reconcile between ticks when
+  every partition ticks in the same run;
+- reconcile_spread: C advanced by one more, one reconcile run at the defaults: the
+  partitions whose phase this epoch is tick (about ``1/idle_lag`` of them), the others
+  are not read: the steady state of an idle cluster, every run.
 
 The GC phases also report ``m_inputs_seconds``: from the run's start until C and every
 partition's state are read (its history, the pack, the summaries, the logs or ticks),
@@ -52,7 +56,17 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-PHASES = ("create", "m", "reconcile", "m_after", "gc", "reconcile_pack", "gc_pack", "reconcile_quiet")
+PHASES = (
+    "create",
+    "m",
+    "reconcile",
+    "m_after",
+    "gc",
+    "reconcile_pack",
+    "gc_pack",
+    "reconcile_quiet",
+    "reconcile_spread",
+)
 
 
 def phase(name: str, root: str, partitions: int, topic_size: int) -> dict:
@@ -79,11 +93,12 @@ def phase(name: str, root: str, partitions: int, topic_size: int) -> dict:
         c, views = gather(store)
         d = compute_m(c, views, now_ms=int(time.time() * 1000))  # type: ignore[arg-type]
         out.update(m=d.m, held_by=len(d.held_by), partitions_read=len(views))
-    elif name in ("reconcile", "reconcile_pack", "reconcile_quiet"):
+    elif name in ("reconcile", "reconcile_pack", "reconcile_quiet", "reconcile_spread"):
         # every partition now trails C enough for R6; or, between ticks, by one epoch
-        for _ in range(1 if name == "reconcile_quiet" else ReconcileSettings().idle_lag):
+        between = name in ("reconcile_quiet", "reconcile_spread")
+        for _ in range(1 if between else ReconcileSettings().idle_lag):
             ClusterEpoch(store).advance()
-        s = run_reconcile(store)
+        s = run_reconcile(store, config=ReconcileSettings(tick_together=name == "reconcile_quiet"))
         out.update(advanced=s.partitions_advanced, reconciled=s.partitions_reconciled, ok=s.ok)
     elif name in ("gc", "gc_pack"):
         # Not a dry run (the store has no L0 objects: nothing to delete), so the L1 sweep

@@ -251,7 +251,7 @@ def _read_and_tick(
             )
     for t, p, why in unreadable:  # the others are reconciled; this one is reported
         reports.start(t, p, status="error", reason=f"state cannot be read: {why}")
-    todo = [s for s in states if needs_work(s, c, config.idle_lag)]
+    todo = [s for s in states if needs_work(s, c, config)]
     todo = _skip_still_lost(store, todo, reports)
     pmap(
         lambda s: tick(store, c, config, owner, s, reports),

@@ -91,7 +91,7 @@ def plan_reads(
             plan.read.append(job)
         elif tick_due(got[1], c, config):
             plan.tick.append(got[1])
-        elif not needs_work(got[1], c, config.idle_lag):
+        elif not needs_work(got[1], c, config):
             plan.skip.append(got[1])
         else:  # due but not tickable from here (C behind its newest epoch): as before
             plan.read.append(job)

@@ -67,6 +67,7 @@ def summarize(run_id: str, started_ms: int, c: int, config: ReconcileSettings, r
         seconds=round((finished_ms - started_ms) / 1000, 3),
         cluster_epoch=c,
         idle_lag=config.idle_lag,
+        ticks_spread=not config.tick_together,
         partitions_reconciled=count("reconciled"),
         partitions_advanced=count("advanced"),
         partitions_quarantined=count("quarantined"),

@@ -17,24 +17,32 @@ from ctp_state.partition_log import PartitionLog
 from ctp_state.reconcile_report import Reports, verdict_status
 from ctp_state.settings import ReconcileSettings
 from ctp_state.storage import ObjectStore
+from ctp_state.tick_schedule import idle_due
 
 
 class _NoLongerIdle(Exception):
     """The partition changed before its tick landed: nothing is written."""
 
 
-def needs_work(s: sm.PartitionState, cluster_epoch: int, idle_lag: int) -> bool:
+def needs_work(s: sm.PartitionState, cluster_epoch: int, config: ReconcileSettings) -> bool:
     """A partition is worth claiming if it has pending placeholders, or if it is idle
-    and its lower bound trails C by ``idle_lag`` or more (R6)."""
+    and its lower bound trails C by ``idle_lag`` or more (R6); or worth a tick
+    (:func:`tick_due`: at its phase, earlier)."""
     if not s.initialized:
         return False
-    return bool(s.pending) or cluster_epoch - s.min_epoch_lower_bound >= idle_lag  # type: ignore[operator]
+    if s.pending or cluster_epoch - s.min_epoch_lower_bound >= config.idle_lag:  # type: ignore[operator]
+        return True
+    return tick_due(s, cluster_epoch, config)
 
 
 def tick_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:
-    """R6 by a ``tick``: idle, caught up, due, behind C, and no claim held on it (a
-    partition with holders, live or lapsed, takes the claim path)."""
-    return s.initialized and not s.holders and advance_due(s, c, config) and c > s.min_epoch_lower_bound  # type: ignore[operator]
+    """R6 by a ``tick``: idle, caught up, behind C, no claim held on it (a partition with
+    holders, live or lapsed, takes the claim path), and due: trailing C by ``idle_lag``,
+    or at its phase (:mod:`ctp_state.tick_schedule`; not with ``tick_together``)."""
+    if not s.initialized or s.holders or s.pending or c < s.max_applied_epoch:  # type: ignore[operator]
+        return False
+    spread = not config.tick_together
+    return idle_due(s.topic, s.partition, s.min_epoch_lower_bound, c, config.idle_lag, spread=spread)  # type: ignore[arg-type]
 
 
 def tick(
@@ -111,6 +119,9 @@ def tick(
 
 
 def advance_due(s: sm.PartitionState, c: int, config: ReconcileSettings) -> bool:
-    """R6: ``s`` is caught up and its lower bound trails C by ``idle_lag`` or more."""
+    """R6 after a commit: ``s`` is caught up and its lower bound trails C by ``idle_lag``
+    or more. Not at its phase, as a tick is: a claimed partition's advance is an entry of
+    its own (the commit would release the claim), a written partition's bound moves with
+    its writes, and an idle one's next tick finds it at its phase."""
     assert s.min_epoch_lower_bound is not None and s.max_applied_epoch is not None  # claimed: initialized
     return not s.pending and c - s.min_epoch_lower_bound >= config.idle_lag and c >= s.max_applied_epoch

@@ -226,6 +226,7 @@ class ReconcileSummary(StoredRecord, frozen=True, kw_only=True):
     seconds: float
     cluster_epoch: int
     idle_lag: int
+    ticks_spread: bool = False  # idle partitions tick at their phase (ctp_state.tick_schedule); False before it
     partitions_reconciled: int = 0
     partitions_advanced: int = 0
     partitions_quarantined: int = 0

@@ -155,6 +155,14 @@ class ReconcileSettings:
         kind=int,
         minimum=1,
     )
+    tick_together: bool = knob(
+        False,
+        "tick-together",
+        "Advance every idle partition only when it trails C by idle-lag, so partitions created together all "
+        "tick in one run (default: each first ticks at an epoch of its own, spreading the ticks over the runs; "
+        "docs/design.md 14).",
+        kind=bool,
+    )
     quiet_min: int = knob(
         8,
         "quiet-min",

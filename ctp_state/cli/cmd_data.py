@@ -140,7 +140,9 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
     help="Reconcile through this Spark Connect server (sc://host:port) instead of a local Spark "
     "[default: $SPARK_REMOTE].",
 )
-@settings_options(ReconcileSettings, ["target_file_bytes", "max_bytes_per_partition", "idle_lag", "claim_wait_s"])
+@settings_options(
+    ReconcileSettings, ["target_file_bytes", "max_bytes_per_partition", "idle_lag", "tick_together", "claim_wait_s"]
+)
 @command(store="flag")
 def reconcile(
     store: ObjectStore, as_json: bool, topics: tuple[str, ...], master: str, remote: str | None, **knobs: Any

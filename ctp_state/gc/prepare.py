@@ -154,6 +154,7 @@ def prepare(
         now_ms=started_ms,
         quarantined=quarantined,
         idle_lag=summary.idle_lag if summary else 0,
+        ticks_spread=summary.ticks_spread if summary else False,
     )
     alert = m_alert(
         m=decision.m,

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ctp_state import state as sm
+from ctp_state.tick_schedule import due_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +42,13 @@ def compute_m(
     now_ms: int,
     quarantined: Mapping[tuple[str, int], tuple[str | None, str]] | None = None,
     idle_lag: int = 0,
+    ticks_spread: bool = False,
 ) -> MDecision:
     """R4 over states read *after* ``cluster_epoch``; R7 reasons for the partitions at M.
 
-    ``quarantined`` maps (topic, partition) to (L0 key, reason) and ``idle_lag`` is the
-    reconciler's (0: unknown), both from the newest reconcile summary. Pure.
+    ``quarantined`` maps (topic, partition) to (L0 key, reason), ``idle_lag`` is the
+    reconciler's (0: unknown) and ``ticks_spread`` whether it ticks idle partitions at
+    their phase, all from the newest reconcile summary. Pure.
     """
     quarantined = quarantined or {}
     missing = [s for s in states if not s.initialized]
@@ -85,19 +88,24 @@ def compute_m(
             else:
                 reasons.append(f"claim held by {h.owner} ({h.mode.value}) until {_iso(h.lease_until_ms)}")
         if not reasons:
-            reasons.append(_idle_reason(s.min_epoch_lower_bound, cluster_epoch, idle_lag))
+            reasons.append(_idle_reason(s, cluster_epoch, idle_lag, ticks_spread))
         held.append(Holdback(s.topic, s.partition, m, tuple(reasons)))
     return MDecision(cluster_epoch, m, tuple(held), len(states))
 
 
-def _idle_reason(bound: int | None, cluster_epoch: int, idle_lag: int) -> str:
-    """When the reconciler advances an idle partition at M (R6): once C - bound >= idle_lag."""
+def _idle_reason(s: sm.PartitionState, cluster_epoch: int, idle_lag: int, spread: bool) -> str:
+    """When the reconciler advances an idle partition at M (R6): from the epoch
+    :func:`~ctp_state.tick_schedule.due_epoch` names (``bound + idle_lag`` at the
+    latest), as the newest reconcile summary's settings say."""
+    bound = s.min_epoch_lower_bound
     head = f"idle: lower bound {bound} not advanced yet"
     if not idle_lag or bound is None:
         return f"{head} (a reconcile advances it once it trails C by its idle_lag, R6)"
-    if cluster_epoch - bound >= idle_lag:
-        return f"{head} (the next reconcile advances it: idle_lag {idle_lag}, R6)"
-    return f"{head} (a reconcile advances it once C reaches {bound + idle_lag}: idle_lag {idle_lag}, R6)"
+    due = due_epoch(s.topic, s.partition, bound, idle_lag, spread=spread)
+    how = f"idle_lag {idle_lag}{', at its phase' if spread and due < bound + idle_lag else ''}, R6"
+    if cluster_epoch >= due:
+        return f"{head} (the next reconcile advances it: {how})"
+    return f"{head} (a reconcile advances it once C reaches {due}: {how})"
 
 
 #: A partition's status in the operator's view, worst first (the report orders by it).

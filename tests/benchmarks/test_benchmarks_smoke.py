@@ -54,7 +54,11 @@ def test_the_scale_run_completes_every_phase():
         assert 0 < large[p]["m_inputs_seconds"] < large[p]["seconds"], large[p]
     # between ticks: every partition quiet in the GC's pack and none due, so none read
     assert large["reconcile_quiet"]["advanced"] == 0 and large["reconcile_quiet"]["ok"]
+    # spread: the next run ticks the partitions at their phase, some and not all (60
+    # partitions over 6 phases: 1 to 20 of them, by crc32 of their names)
+    assert 0 < large["reconcile_spread"]["advanced"] < 30 and large["reconcile_spread"]["ok"]
     phases = {"create", "m", "reconcile", "m_after", "gc", "reconcile_pack", "gc_pack", "reconcile_quiet"}
+    phases.add("reconcile_spread")
     assert all(large[p]["peak_rss_mib"] > 0 for p in phases)
     assert set(out["per_partition_growth"]["30->60"]) == phases
 

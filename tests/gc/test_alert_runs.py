@@ -77,15 +77,19 @@ def test_a_quarantined_chunk_alerts_at_once(store, gate):
     assert bad in rec.alert.message and "CRC32C" in rec.alert.message
 
 
-@pytest.mark.parametrize("idle_lag", [4, 6])
-def test_an_idle_cluster_at_a_longer_idle_lag_never_alerts_and_a_stuck_claim_still_does(store, gate, idle_lag):
-    # idle_lag 4: each idle partition is ticked every fourth epoch, and M stays put in
-    # between -- four flat runs while C moves three, which the default rule (4 runs, 3
-    # epochs) took for a stall on every cycle. 6: the default (six flat runs).
+@pytest.mark.parametrize("idle_lag,together", [(4, True), (6, True), (6, False)])
+def test_an_idle_cluster_at_a_longer_idle_lag_never_alerts_and_a_stuck_claim_still_does(
+    store, gate, idle_lag, together
+):
+    # idle_lag 4, ticking together: each idle partition is ticked every fourth epoch, and
+    # M stays put in between -- four flat runs while C moves three, which the default
+    # rule (4 runs, 3 epochs) took for a stall on every cycle. 6: the default lag (six
+    # flat runs); and the default schedule, each partition at its phase (M moves when the
+    # partition holding it ticks, within the same six epochs).
     from ctp_state.settings import ReconcileSettings
 
-    lag = ReconcileSettings(idle_lag=idle_lag)
-    assert idle_lag != 6 or lag == ReconcileSettings()
+    lag = ReconcileSettings(idle_lag=idle_lag, tick_together=together)
+    assert idle_lag != 6 or together or lag == ReconcileSettings()
     reconciled(store)
 
     def idle_cycle():
@@ -98,7 +102,9 @@ def test_an_idle_cluster_at_a_longer_idle_lag_never_alerts_and_a_stuck_claim_sti
     ms = [r.m for r in recs]
     assert [r.alert for r in recs] == [None] * n, [(r.m, r.cluster_epoch, r.alert) for r in recs]
     flat = idle_lag - 1
-    assert ms == sorted(ms) and any(ms[i] == ms[i + flat] for i in range(n - flat)), ms  # idle_lag flat runs seen
+    assert ms == sorted(ms), ms
+    assert not together or any(ms[i] == ms[i + flat] for i in range(n - flat)), ms  # idle_lag flat runs seen
+    assert all(r.cluster_epoch - r.m <= idle_lag + 1 for r in recs), [(r.m, r.cluster_epoch) for r in recs]
 
     log = plog(store, "t", 1)
     log.claim(log.read_state(), "reconciler:dead", AccessMode.EXCLUSIVE, lease_ms=3_600_000)

@@ -25,6 +25,7 @@ from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import ReconcileSettings
+from ctp_state.tick_schedule import idle_due
 from ctp_state.topics import create_topic
 from tests.support import Wrapped, assert_exactly_once, l0_keys, plog, rewrite_footer
 
@@ -99,7 +100,9 @@ class Acks:
                     self.m_checked += 1
                     assert rec.m < e, f"M {rec.m} passed the pending placeholder of epoch {e} ({topic}/{p})"
 
-    def final(self, store, gate, topics_sizes, rounds=4, config=ReconcileSettings()):
+    def final(self, store, gate, topics_sizes, rounds=ReconcileSettings().idle_lag, config=ReconcileSettings()):
+        # rounds: a partition whose placeholder no L0 footer names (forged away) is read
+        # at its tick, which comes within idle_lag epochs (at its phase, or the lag)
         for _ in range(rounds):
             ClusterEpoch(store).advance()
             run_reconcile(store, config=config)
@@ -140,7 +143,8 @@ def warm(store, gate, acks, topic="t", n=P, config=ReconcileSettings()):
 
 def due_next(store, topic, p, config=ReconcileSettings()) -> bool:
     st = newest_pack(store).states[(topic, p)][0]
-    return ClusterEpoch(store).current() + 1 - st.min_epoch_lower_bound >= config.idle_lag
+    c = ClusterEpoch(store).current() + 1
+    return idle_due(topic, p, st.min_epoch_lower_bound, c, config.idle_lag, spread=not config.tick_together)
 
 
 def to_phase(store, gate, acks, due: bool, config=ReconcileSettings(), topic="t"):

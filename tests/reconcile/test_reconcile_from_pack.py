@@ -19,15 +19,21 @@ from ctp_state.gc.history import GcHistory, newest_pack
 from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.reconcile import run_reconcile
+from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
 from tests.support import CountingStore, assert_exactly_once, plog
 
 P = 4
 
 
-def epoch(store, gate):
+#: Every partition of a topic ticks in the same run: the counts below compare two topics
+#: epoch by epoch (the default spreads the ticks: tests/reconcile/test_tick_spread.py).
+TOGETHER = ReconcileSettings(tick_together=True)
+
+
+def epoch(store, gate, config=ReconcileSettings()):
     ClusterEpoch(store).advance()
-    assert run_reconcile(store).ok
+    assert run_reconcile(store, config=config).ok
     rec = run_gc(store, gate=gate)
     assert rec.status == "ok", rec.gate.failures if rec.gate else rec.error
     return rec
@@ -35,7 +41,7 @@ def epoch(store, gate):
 
 def counted(store, topic: str) -> tuple[dict[str, int], object]:
     counting = CountingStore(store)
-    s = run_reconcile(counting, topics=[topic])
+    s = run_reconcile(counting, topics=[topic], config=TOGETHER)
     assert s.ok, s
     return dict(counting.counts), s
 
@@ -50,7 +56,7 @@ def test_an_idle_partition_is_read_from_the_pack_with_two_gets(store, gate):
     create_topic(store, "a", 2)
     create_topic(store, "b", 6)
     for _ in range(4):
-        epoch(store, gate)
+        epoch(store, gate, TOGETHER)
     assert newest_pack(store) is not None
     snapshots = [layout.snapshot(t, p, plog(store, t, p).topic_id) for t, n in (("a", 2), ("b", 6)) for p in range(n)]
     store.delete_many(snapshots)  # not needed: the pack stands in for them

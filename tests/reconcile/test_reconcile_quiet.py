@@ -17,12 +17,12 @@ from ctp_state.l0 import Record
 from ctp_state.producer import Producer
 from ctp_state.settings import ReconcileSettings
 from ctp_state.topics import create_topic
-from tests.support import CountingStore, assert_exactly_once, l0_keys, plog, reconcile, rewrite_footer
+from tests.support import LAG2, CountingStore, assert_exactly_once, l0_keys, plog, reconcile, rewrite_footer
 
 P = 10  # at least ReconcileSettings.quiet_min: the quiet path is the default one here
 
 
-def epoch(store, gate, config=ReconcileSettings(idle_lag=2)):
+def epoch(store, gate, config=LAG2):
     ClusterEpoch(store).advance()
     s = reconcile(store, config=config)
     assert s.ok, [p for p in s.partitions if p.failed]

@@ -49,7 +49,7 @@ HOOKS = os.path.join(REPO, "tests", "hooks")
 #: The reconciler's settings the scenarios are written around: an idle partition is
 #: advanced (R6) once C is two epochs past its lower bound. The default is 6 (the request
 #: budget, docs/design.md 14); a test of the default passes ``ReconcileSettings()``.
-LAG2 = ReconcileSettings(idle_lag=2)
+LAG2 = ReconcileSettings(idle_lag=2, tick_together=True)
 #: What ``reconcile`` runs with unless told: ``both_read_paths`` (tests/conftest.py)
 #: sets it to the quiet read path for a test's run.
 SCENARIO = {"config": LAG2}
