@@ -263,6 +263,7 @@ def run_scenario(
     detail: bool,
     gap_s: float = 0.0,
     bucket: str | None = None,
+    tick_together: bool = False,
 ) -> dict:
     from ctp_state.epoch import ClusterEpoch
     from ctp_state.gc import run_gc
@@ -277,7 +278,7 @@ def run_scenario(
     report_dir = tempfile.mkdtemp(prefix="ctp-bench-requests-gx-")
     store = open_store(server.url(bucket or name), server.env)
     gate = GxGate(report_dir)
-    config = ReconcileSettings(idle_lag=idle_lag)
+    config = ReconcileSettings(idle_lag=idle_lag, tick_together=tick_together)
     active = name == "active"
     outcome: dict = {"reconciled": 0, "advanced": 0, "gc_status": Counter()}
     t_start = time.perf_counter()
@@ -403,6 +404,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--idle-lag", type=int, default=ReconcileSettings().idle_lag)
+    ap.add_argument(
+        "--tick-together", action="store_true", help="every idle partition ticks in the same run (the old schedule)"
+    )
     ap.add_argument("--warmup", type=int, help="rounds not counted first (default: the idle lag)")
     ap.add_argument("--records", type=int, default=5, help="records per partition per round (active)")
     ap.add_argument("--scenario", choices=("idle", "active", "both"), default="both")
@@ -429,6 +433,7 @@ def main() -> None:
         "partitions": args.partitions,
         "rounds": args.rounds,
         "idle_lag": args.idle_lag,
+        "tick_together": args.tick_together,
     }
     warmup = args.idle_lag if args.warmup is None else args.warmup
     result["warmup_rounds"] = warmup
@@ -449,6 +454,7 @@ def main() -> None:
                     args.records,
                     args.detail,
                     args.gap,
+                    tick_together=args.tick_together,
                 )
                 result[name] = res
                 print(json.dumps({name: {k: res[k] for k in ("per_partition_epoch", "seconds")}}), file=sys.stderr)
@@ -464,6 +470,7 @@ def main() -> None:
                         False,
                         args.gap,
                         bucket=f"{name}-twice",
+                        tick_together=args.tick_together,
                     )
                     res["marginal"] = marginal(res, twice, args.partitions, args.rounds)
                     res["marginal"]["outcome_twice"] = twice["outcome"]

@@ -26,13 +26,13 @@ timed, with that process's peak RSS:
   the reconcile reported (a GET of each last entry and of each tick, no listing), the
   gate and the records, as every GC between full reads (``partitions_read`` says how
   many it read from their logs: 0);
-- reconcile_quiet: C advanced by one, one reconcile run from that GC's pack with
-  ``tick_together``: every partition is quiet and none is due, so none is read (one
-  listing of the empty L0 root; ``advanced``: 0): the reconcile between ticks when
-  every partition ticks in the same run;
-- reconcile_spread: C advanced by one more, one reconcile run at the defaults: the
-  partitions whose phase this epoch is tick (about ``1/idle_lag`` of them), the others
-  are not read: the steady state of an idle cluster, every run.
+- reconcile_spread: C advanced by one, one reconcile run from that GC's pack at the
+  defaults: the partitions whose phase this epoch is tick (about ``1/idle_lag`` of
+  them), the others are not read: the steady state of an idle cluster, every run;
+- reconcile_quiet: C advanced by one more, one reconcile run with ``tick_together``:
+  every partition is quiet and none is due by the lag, so none is read (one listing of
+  the empty L0 root; ``advanced``: 0): the reconcile between ticks when every partition
+  ticks in the same run.
 
 The GC phases also report ``m_inputs_seconds``: from the run's start until C and every
 partition's state are read (its history, the pack, the summaries, the logs or ticks),
@@ -64,8 +64,8 @@ PHASES = (
     "gc",
     "reconcile_pack",
     "gc_pack",
-    "reconcile_quiet",
     "reconcile_spread",
+    "reconcile_quiet",
 )
 
 
