@@ -26,7 +26,9 @@ return value lists, per table, the files and records added.
 
 - **Params**: `topics` (empty = all), `target_file_mb`, `idle_lag` (default 6: an idle
   partition is advanced once every 6 epochs, so M trails C by up to 6 epochs where
-  nobody writes; 2 keeps M closer at about 2.4x the requests, docs/design.md 14).
+  nobody writes; 2 keeps M closer at about 2.4x the requests, docs/design.md 14),
+  `tick_together` (off: each idle partition is advanced at an epoch of its own, so a
+  run advances about a sixth of them; on: all in one run every 6 epochs).
 - **Updates** `ctp://reconcile/summary` (Spark), which schedules the GC DAG, and
   `ctp://tables` (publish).
 - **Overlap**: `max_active_runs=1`; a second reconciler (another deployment, a CLI run)
@@ -61,7 +63,7 @@ from ctp_common import (
 from ctp_state.settings import ReconcileSettings, from_options, to_args
 
 #: The knobs the trigger form offers (the Spark app takes them all).
-FORM = ["target_file_bytes", "max_bytes_per_partition", "idle_lag", "claim_wait_s"]
+FORM = ["target_file_bytes", "max_bytes_per_partition", "idle_lag", "tick_together", "claim_wait_s"]
 
 # A cron string in $CTP_RECONCILE_SCHEDULE replaces the Asset schedule.
 SCHEDULE = os.environ.get("CTP_RECONCILE_SCHEDULE") or [EPOCH_ASSET]

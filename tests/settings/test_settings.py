@@ -53,6 +53,7 @@ def test_the_defaults_are_the_documented_ones():
         target_file_bytes=st.integers(1, 4096).map(lambda n: n * MiB // 4),
         max_bytes_per_partition=st.none() | st.integers(1, 64).map(lambda n: n * MiB),
         idle_lag=st.integers(1, 50),
+        tick_together=st.booleans(),
         lease_ms=st.integers(1, 10_000).map(lambda n: n * 1000),
         claim_wait_s=st.floats(0, 1e4, allow_nan=False),
         compression=st.sampled_from(["zstd", "snappy"]),
