@@ -146,7 +146,9 @@ class Worker:
             config=ReconcileSettings(
                 lease_ms=lease_ms,
                 target_file_bytes=target_file_bytes,
-                idle_lag=1,
+                # 3: idle partitions tick at phases of their own (ctp_state.tick_schedule),
+                # early, between the Spark reconciler's runs at 1 (docs/design.md 14)
+                idle_lag=3,
                 threads=4,
                 claim_wait_s=claim_wait_s,
                 quiet_min=1,  # the quiet partitions' path (docs/design.md 14) on the sim's few partitions
