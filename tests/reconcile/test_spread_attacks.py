@@ -33,8 +33,8 @@ from ctp_state.reconcile import run_reconcile
 from ctp_state.settings import ReconcileSettings
 from ctp_state.tick_schedule import due_epoch, idle_due, tick_phase
 from ctp_state.topics import create_topic, list_topics
-from tests.reconcile.test_quiet_race_attacks import Acks, full_state
-from tests.support import Wrapped, assert_exactly_once, plog, with_this_checkout
+from tests.reconcile.test_quiet_race_attacks import Acks, Hook, full_state
+from tests.support import assert_exactly_once, plog, with_this_checkout
 
 DEF = ReconcileSettings()
 Q1 = ReconcileSettings(quiet_min=1)
@@ -129,35 +129,6 @@ def record(acks, lock, v, value):
             acks.keys.append((v.topic, v.partition, v.l0_key, layout.parse_l0_key(v.l0_key)[1]))
 
 
-class Hook(Wrapped):
-    def __init__(self, inner, on):
-        super().__init__(inner)
-        self.on = on
-
-    def get(self, k):
-        self.on("get", k)
-        return self.inner.get(k)
-
-    def get_range(self, k, s, n):
-        return self.inner.get_range(k, s, n)
-
-    def get_tail(self, k, n):
-        return self.inner.get_tail(k, n)
-
-    def put_if_absent(self, k, d):
-        self.on("create", k)
-        r = self.inner.put_if_absent(k, d)
-        self.on("created", k)
-        return r
-
-    def list(self, prefix="", start_after=None, end_before=None):
-        self.on("list", prefix)
-        return self.inner.list(prefix, start_after, end_before)
-
-    def bulk(self):
-        return self
-
-
 # --- 1. stale producers into partitions right after / right before their early tick ---
 
 
@@ -214,6 +185,18 @@ def _due_partition(store, config, c_next):
     return None, None
 
 
+def until_early_due(store, gate, acks, config=DEF):
+    """Epochs until some partition's tick in the next one is early (at its phase, before
+    the lag); that partition and its state."""
+    ce = ClusterEpoch(store)
+    for _ in range(12):
+        p, st = _due_partition(store, config, ce.current() + 1)
+        if p is not None:
+            return p, st
+        epoch(store, gate, acks, config)
+    raise AssertionError("no partition came due early in 12 epochs")
+
+
 @pytest.mark.parametrize(
     "where,which",
     [("created", "c-1"), ("created", "c"), ("create", "forged-bound"), ("vouch", "bound"), ("listing", "c-1")],
@@ -224,12 +207,7 @@ def test_placeholder_races_early_quiet_tick(store, gate, where, which):
     for _ in range(3):
         epoch(store, gate, acks)
     ce = ClusterEpoch(store)
-    for _ in range(12):
-        p, st = _due_partition(store, DEF, ce.current() + 1)
-        if p is not None:
-            break
-        epoch(store, gate, acks)
-    assert p is not None
+    p, st = until_early_due(store, gate, acks)
     log = plog(store, "t", p)
     c_next = ce.current() + 1
     e = {"bound": st.min_epoch_lower_bound, "forged-bound": st.min_epoch_lower_bound, "c-1": c_next - 1, "c": c_next}[
@@ -376,13 +354,7 @@ def test_paused_reconciler_with_stale_c(store, gate, pause_at):
         epoch(store, gate, acks)
     ce = ClusterEpoch(store)
     for rnd in range(4):
-        p, st = None, None
-        for _ in range(12):
-            p, st = _due_partition(store, DEF, ce.current() + 1)
-            if p is not None:
-                break
-            epoch(store, gate, acks)
-        assert p is not None
+        p, st = until_early_due(store, gate, acks)
         log = plog(store, "t", p)
         key = log.key(st.applied_offset) if pause_at == "vouch" else log.key(st.applied_offset + 1)
         verb = "get" if pause_at == "vouch" else "create"
@@ -533,15 +505,8 @@ def test_lost_early_tick_refilled_by_lower_epoch(store, gate, gc_before_refill, 
     create_topic(store, "t", P)
     for _ in range(3):
         epoch(store, gate, acks, config)
-    ce = ClusterEpoch(store)
     for rnd in range(3):
-        p = st = None
-        for _ in range(12):
-            p, st = _due_partition(store, config, ce.current() + 1)
-            if p is not None:
-                break
-            epoch(store, gate, acks, config)
-        assert p is not None
+        p, st = until_early_due(store, gate, acks, config)
         s, _ = epoch(store, gate, acks, config)  # the early tick, then a GC packs it
         assert next(x.status for x in s.partitions if x.partition == p) == "advanced"
         after = full_state(store, "t", p)
