@@ -194,6 +194,7 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     # Listing reads, never probing ones (``PartitionLog``): what the GC deletes follows
     # from the states, and a log read short of a lost entry would hide what it committed.
     last_crcs: dict[tuple[str, int], int | None] = {}
+    ticks_from: dict[tuple[str, int], int] = {}  # (what the L1 sweep need not list after)
     # (a partition the reconciler reported work in is read from its log next run too:
     # no GET for its last entry's CRC32C)
     busy = {tp for tp, (_, ticks) in pack.hints.items() if not ticks} if pack is not None else set()
@@ -204,11 +205,13 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
         snapshot_every=LOG_READ_SNAPSHOT_TAIL,
         last_crcs=last_crcs,
         busy=busy,
+        ticks_from=ticks_from,
     )
     for i, s in zip(todo, read):
         got[i] = s
         if s is not None:
             crcs[i] = last_crcs.get((s.topic, s.partition))
+            how[i] = ("log", ticks_from.get((s.topic, s.partition), -1))
     problems += unaccounted_logs(store, topics, names)
     if problems:
         raise StateUnreadable(problems)

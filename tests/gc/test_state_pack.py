@@ -93,6 +93,31 @@ def test_every_nth_run_reads_every_log(store, gate):
     assert [r.pack_full_seq for r in recs] == [0, 0, 0, 3, 3, 3, 6]
 
 
+def test_a_log_read_that_finds_only_ticks_since_the_last_sweep_does_not_list_l1(store, gate, monkeypatch):
+    """A tick changes no L1 file (no claim a writer could write under), so the L1 sweep
+    skips a partition whose log grew only by ticks since it last looked -- whether its
+    state came from the pack or, in a run that reads every log, from the log itself.
+    Any other entry (a commit here) is listed after."""
+    create_topic(store, "t", P)
+    every = GcSettings(full_read_every=1)  # every run reads every log
+    for _ in range(3):
+        epoch(store, gate, every)
+    listed, lst = [], store.list
+    monkeypatch.setattr(store, "list", lambda p="", *a, **k: (listed.append(p), lst(p, *a, **k))[1])
+    before = plog(store, "t", 0).read_state().applied_offset
+    for _ in range(4):  # LAG2: every partition ticks in two of these
+        rec = epoch(store, gate, every)
+        assert rec.partitions_read == P
+        assert rec.l1_partitions_unchanged == P and rec.l1_listed == 0, rec
+    assert not [p for p in listed if p.startswith(layout.L1_ROOT)]
+    assert plog(store, "t", 0).read_state().applied_offset == before + 2  # (it ticked twice)
+    # a commit is not a tick: the partition written to is listed, the others are not
+    with Producer(store, epoch_ttl_s=0) as prod:
+        assert prod.write([(("t", 0), [Record(b"v", b"k", 1000, ())])])[0].accepted
+    rec = epoch(store, gate, every)
+    assert rec.l1_partitions_unchanged == P - 1 and rec.l1_new_files_checked == 1
+
+
 def corrupt(store, key: str, how) -> None:
     data = store.get(key)
     store.delete_many([key])
