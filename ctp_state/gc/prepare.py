@@ -167,7 +167,14 @@ def prepare(
         idle_lag=summary.idle_lag if summary else 0,  # (between ticks an idle partition's M(p) stays put)
     )
     statuses = {
-        (v.topic, v.partition): partition_status(v, c, now_ms=started_ms, quarantined=quarantined)  # type: ignore[arg-type]
+        (v.topic, v.partition): partition_status(
+            v,  # type: ignore[arg-type]
+            c,
+            now_ms=started_ms,
+            quarantined=quarantined,
+            idle_lag=summary.idle_lag if summary else 0,
+            ticks_spread=summary.ticks_spread if summary else False,
+        )
         for v in views
     }
 

@@ -97,15 +97,20 @@ def _idle_reason(s: sm.PartitionState, cluster_epoch: int, idle_lag: int, spread
     """When the reconciler advances an idle partition at M (R6): from the epoch
     :func:`~ctp_state.tick_schedule.due_epoch` names (``bound + idle_lag`` at the
     latest), as the newest reconcile summary's settings say."""
+    return f"idle: lower bound {s.min_epoch_lower_bound} not advanced yet ({_when_advanced(s, cluster_epoch, idle_lag, spread)})"
+
+
+def _when_advanced(s: sm.PartitionState, cluster_epoch: int, idle_lag: int, spread: bool) -> str:
+    """When the reconciler advances the idle partition ``s``, in words (``idle_lag`` 0:
+    not known)."""
     bound = s.min_epoch_lower_bound
-    head = f"idle: lower bound {bound} not advanced yet"
     if not idle_lag or bound is None:
-        return f"{head} (a reconcile advances it once it trails C by its idle_lag, R6)"
+        return "a reconcile advances it once it trails C by its idle_lag, R6"
     due = due_epoch(s.topic, s.partition, bound, idle_lag, spread=spread)
     how = f"idle_lag {idle_lag}{', at its phase' if spread and due < bound + idle_lag else ''}, R6"
     if cluster_epoch >= due:
-        return f"{head} (the next reconcile advances it: {how})"
-    return f"{head} (a reconcile advances it once C reaches {due}: {how})"
+        return f"the next reconcile advances it: {how}"
+    return f"a reconcile advances it once C reaches {due}: {how}"
 
 
 #: A partition's status in the operator's view, worst first (the report orders by it).
@@ -128,6 +133,8 @@ def partition_status(
     *,
     now_ms: int,
     quarantined: Mapping[tuple[str, int], tuple[str | None, str]] | None = None,
+    idle_lag: int = 0,
+    ticks_spread: bool = False,
 ) -> PartitionStatus:
     """What an operator should know first about one partition. Pure.
 
@@ -135,6 +142,8 @@ def partition_status(
     claim (a stuck claim stops the reconciler), then reconciler lag; a partition with
     no lag is ``idle`` while its M(p) trails ``C - 1`` (a reconcile advances it once its
     lower bound trails C by ``idle_lag``, R6) and ``caught up`` once it does not hold M below ``C - 1``.
+    An idle partition's detail names the epoch it is advanced at, from the newest
+    reconcile's ``idle_lag`` and ``ticks_spread`` (as the GC's holdback reason does).
     """
     q = (quarantined or {}).get((s.topic, s.partition))
     if q is not None:
@@ -153,7 +162,7 @@ def partition_status(
         )
     if s.m is None or s.m < cluster_epoch - 1:
         return PartitionStatus(
-            "idle", f"M(p)={s.m} < C-1={cluster_epoch - 1} until its advance (R6: every idle_lag epochs)"
+            "idle", f"M(p)={s.m} < C-1={cluster_epoch - 1}: {_when_advanced(s, cluster_epoch, idle_lag, ticks_spread)}"
         )
     return PartitionStatus("caught up", None)
 

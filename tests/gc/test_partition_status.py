@@ -7,6 +7,7 @@ from __future__ import annotations
 from ctp_state.entries import AccessMode
 from ctp_state.gc.safe_epoch import PARTITION_STATUSES, partition_status
 from ctp_state.state import Holder, PartitionState, Pending
+from ctp_state.tick_schedule import due_epoch
 
 NOW = 1_800_000_000_000
 C = 10
@@ -31,7 +32,24 @@ def test_a_partition_at_c_minus_1_with_no_lag_is_caught_up():
 
 def test_a_partition_whose_lower_bound_trails_is_idle_and_says_until_when():
     st = partition_status(state(lb=C - 2), C, now_ms=NOW)
-    assert st.status == "idle" and "M(p)=7 < C-1=9" in st.detail and "until its advance" in st.detail
+    assert st.status == "idle" and "M(p)=7 < C-1=9" in st.detail and "once it trails C by its idle_lag" in st.detail
+
+
+def test_an_idle_partitions_status_names_the_epoch_the_reconciler_advances_it_at():
+    """As the GC's holdback reason does: from the newest reconcile's settings (its
+    ``idle_lag`` and whether ticks are spread), the epoch C must reach."""
+    lb = C - 2
+    for spread in (False, True):
+        due = due_epoch("orders", 3, lb, 6, spread=spread)
+        assert lb < due <= lb + 6
+        for c in (C, due - 1, due, due + 1):
+            st = partition_status(state(lb=lb), c, now_ms=NOW, idle_lag=6, ticks_spread=spread)
+            assert st.status == "idle" and f"M(p)={lb - 1} < C-1={c - 1}" in st.detail, st
+            if c >= due:
+                assert "the next reconcile advances it" in st.detail, (spread, c, st)
+            else:
+                assert f"a reconcile advances it once C reaches {due}" in st.detail, (spread, c, st)
+            assert ("at its phase" in st.detail) == (spread and due < lb + 6), (spread, c, st)
 
 
 def test_lag_is_counted_in_placeholders_records_and_bytes():
