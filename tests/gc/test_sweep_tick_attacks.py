@@ -1,0 +1,373 @@
+"""The L1 sweep skips a partition whose log grew only by ticks since it last looked,
+on log reads as on pack reads (``PartitionLog.ticks_from``). A review briefed to make
+that lose data or leak L1 files (docs/design.md 14, "Spreading the ticks"): every GC
+run here is prepared twice -- as ctp does it, and with log reads not knowing their
+ticks (``ticks_from`` -1, as before) -- and both must decide the same orphans, retired
+and dropped files, checks and watermark W (a skip only spares a listing that would
+have found nothing to do); then the real GC runs and every committed L1 file must
+still be there. Each scenario ends with full sweeps: no uncommitted L1 file is left,
+and every record reads exactly once. Both stores; the random walk on the file store."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import random
+import time
+
+import pytest
+
+from ctp_state import crashpoints, entries as en, layout
+from ctp_state.codec import crc32c
+from ctp_state.compact import run_compaction
+from ctp_state.deletion import delete_topic
+from ctp_state.entries import AccessMode, Tick
+from ctp_state.epoch import ClusterEpoch
+from ctp_state.gc import run_gc
+from ctp_state.gc.prepare import GateResult, prepare
+from ctp_state.reconcile import run_reconcile
+from ctp_state.settings import CompactSettings, GcSettings
+from ctp_state.topics import create_topic
+from tests.compact.test_compaction import many_small_files
+from tests.support import LAG2, assert_exactly_once, plog, produce_rounds, reconcile
+
+#: (``ctp_state.gc`` exports a function named ``prepare``: the module itself)
+prep_mod = importlib.import_module("ctp_state.gc.prepare")
+
+EVERY = GcSettings(full_read_every=1, l1_grace_s=0, l1_reader_grace_s=0, l1_full_sweep_s=86400, topic_removal_grace_s=0)
+
+
+def PLAIN(frames):  # the gate's backstop still runs
+    return GateResult(True, [])
+
+
+def _unknowing(real):
+    """``gather_all`` as before the change: log reads do not know their ticks."""
+
+    def g(*a, **k):
+        got = real(*a, **k)
+        views = [dataclasses.replace(v, ticks_from=-1) if v.read == "log" else v for v in got.views]
+        return dataclasses.replace(got, views=views)
+
+    return g
+
+
+def _summary(p):
+    return {
+        (s.topic, s.partition): {
+            "orphans": sorted(o.key for o in s.orphans),
+            "retired": sorted(o.key for o in s.retired),
+            "dropped": sorted(d.key for d in s.dropped),
+            "new_files": sorted((r.key, r.expected_first_offset, r.checksums_ok) for r in s.new_files),
+            "swept_through": s.swept_through,
+            "swept_log_end": s.swept_log_end,
+            "skipped": s.skipped,
+        }
+        for s in p.sweeps
+    }
+
+
+def compare(store, config, monkeypatch) -> tuple[int, int]:
+    """Prepare the run both ways; the same decisions. (skips now, skips before)."""
+    new = _summary(prepare(store, config))
+    with monkeypatch.context() as m:
+        m.setattr(prep_mod, "gather_all", _unknowing(prep_mod.gather_all))
+        old = _summary(prepare(store, config))
+    assert new.keys() == old.keys()
+    for tp in new:
+        a, b = new[tp], old[tp]
+        for k in ("orphans", "retired", "dropped", "new_files", "swept_through"):
+            assert a[k] == b[k], (tp, k, a, b)
+        assert a["swept_log_end"] >= b["swept_log_end"], (tp, a, b)
+        assert a["skipped"] or not b["skipped"], (tp, a, b)
+    return sum(a["skipped"] for a in new.values()), sum(b["skipped"] for b in old.values())
+
+
+def committed_all(store, topic="t", partitions=1):
+    keys = set()
+    for p in range(partitions):
+        keys |= {f.key for f in plog(store, topic, p).read_state().committed_l1_files()}
+    return keys
+
+
+def l1_keys(store):
+    return {o.key for o in store.list(layout.L1_ROOT)}
+
+
+class Skips:
+    """Skips counted over a scenario's runs, with and without ``ticks_from``."""
+
+    def __init__(self):
+        self.now = self.before = 0
+
+
+def checked_gc(store, monkeypatch, config=EVERY, topic="t", partitions=1, skips: Skips | None = None):
+    now, before = compare(store, config, monkeypatch)
+    if skips is not None:
+        skips.now, skips.before = skips.now + now, skips.before + before
+    rec = run_gc(store, gate=PLAIN, config=config)
+    assert rec.status == "ok", rec.gate.failures if rec.gate else rec.error
+    for k in committed_all(store, topic, partitions):
+        assert store.head(k) is not None, f"committed L1 file {k} deleted"
+    return rec
+
+
+def idle_epochs(store, monkeypatch, n, config=EVERY, **kw):
+    recs = []
+    for _ in range(n):
+        ClusterEpoch(store).advance()
+        assert reconcile(store).ok
+        recs.append(checked_gc(store, monkeypatch, config, **kw))
+    return recs
+
+
+def full_sweep(store, monkeypatch, **kw):
+    return checked_gc(store, monkeypatch, dataclasses.replace(EVERY, l1_full_sweep_s=0), **kw)
+
+
+def append_raw(store, topic, partition, entry):
+    """Append ``entry`` as-is (a forged one: no fold checks it first)."""
+    log = plog(store, topic, partition)
+    st = log.read_state()
+    off = st.applied_offset + 1
+    prev = crc32c(store.get(log.key(st.applied_offset)))
+    store.put_if_absent(log.key(off), en.encode(entry, prev=prev))
+    return off
+
+
+# --- scenarios ---------------------------------------------------------------------------
+
+
+class Crash(Exception):
+    pass
+
+
+def test_a_crashed_reconcilers_l1_file_then_only_ticks(store, monkeypatch):
+    """A reconciler dies after writing its L1 file (claim held, lapses); the next run
+    takes over, commits; then the partition only ticks (every GC reads every log)."""
+    sent = produce_rounds(store, partitions=1, rounds=2, per=10)
+    run_reconcile(store)
+    checked_gc(store, monkeypatch)
+    sent[0] += produce_rounds(store, partitions=1, rounds=1, per=7)[0]
+
+    def die(point, index):
+        if point == "after_l1_write":
+            raise Crash
+
+    crashpoints.install(die)
+    try:
+        with pytest.raises(Crash):
+            run_reconcile(store, config=dataclasses.replace(LAG2, lease_ms=1))
+    finally:
+        crashpoints.install(None)
+    written = l1_keys(store) - committed_all(store)
+    checked_gc(store, monkeypatch)  # lists: the claim is not a tick
+    time.sleep(0.05)
+    skips = Skips()
+    idle_epochs(store, monkeypatch, 7, skips=skips)
+    assert skips.now > skips.before  # (the runs after the takeover's commit: ticks only)
+    full_sweep(store, monkeypatch)
+    assert l1_keys(store) == committed_all(store), (written, l1_keys(store) - committed_all(store))
+    assert_exactly_once(store, "t", sent)
+
+
+def test_a_lapsed_claim_forged_ticks_after_it_and_a_late_commit(store, monkeypatch):
+    """A writer claims (short lease) with data pending; the GC lists after its claim;
+    forged ticks land after it (rejected: a holder, pending data) so the log grows only
+    by ticks; the writer then writes and commits (a reconcile run taking over)."""
+    sent = produce_rounds(store, partitions=1, rounds=1, per=10)
+    run_reconcile(store)
+    checked_gc(store, monkeypatch)
+    sent[0] += produce_rounds(store, partitions=1, rounds=1, per=5)[0]
+    log = plog(store, "t", 0)
+    log.claim(log.read_state(), "slow", AccessMode.EXCLUSIVE, lease_ms=1)
+    checked_gc(store, monkeypatch)
+    st = plog(store, "t", 0).read_state()
+    c = ClusterEpoch(store).current()
+    for i in range(3):
+        append_raw(store, "t", 0, Tick(c + 5 + i, st.writer_epoch + 1 + i, "forger"))
+    rec = checked_gc(store, monkeypatch)
+    # a lapsed writer's file beyond LR (its key as it would write it)
+    st = plog(store, "t", 0).read_state()
+    late = layout.l1_key("t", 0, st.last_reconciled_offset + 1, st.last_reconciled_offset + 3, st.topic_id)
+    store.put(late, store.get(sorted(committed_all(store))[-1]))
+    checked_gc(store, monkeypatch)
+    time.sleep(0.01)
+    assert run_reconcile(store).ok
+    idle_epochs(store, monkeypatch, 4)
+    full_sweep(store, monkeypatch)
+    assert l1_keys(store) == committed_all(store), l1_keys(store) - committed_all(store)
+    assert_exactly_once(store, "t", sent)
+    assert rec.status == "ok"
+
+
+def test_retired_files_kept_by_the_reader_grace_through_ticks(store, monkeypatch):
+    sent = many_small_files(store, rounds=5, partitions=1)
+    checked_gc(store, monkeypatch)
+    run_compaction(store, config=CompactSettings(max_small_files=2, target_file_bytes=1 << 20))
+    held = dataclasses.replace(EVERY, l1_reader_grace_s=3600)
+    checked_gc(store, monkeypatch, held)
+    for _ in range(4):  # ticks while the retired files are kept
+        ClusterEpoch(store).advance()
+        assert reconcile(store).ok
+        rec = checked_gc(store, monkeypatch, held)
+        assert rec.l1_retired_kept > 0
+    rec = checked_gc(store, monkeypatch)  # grace over
+    assert rec.l1_retired_deleted > 0
+    idle_epochs(store, monkeypatch, 3)
+    full_sweep(store, monkeypatch)
+    assert l1_keys(store) == committed_all(store)
+    assert_exactly_once(store, "t", sent)
+
+
+def test_a_snapshot_set_aside_or_removed_between_runs_of_ticks(store, monkeypatch):
+    sent = produce_rounds(store, partitions=2, rounds=2, per=10)
+    run_reconcile(store)
+    checked_gc(store, monkeypatch, partitions=2)
+    idle_epochs(store, monkeypatch, 3, partitions=2)
+    # partition 0: its snapshot removed; partition 1: its snapshot corrupted
+    k0 = layout.snapshot("t", 0, plog(store, "t", 0).topic_id)
+    k1 = layout.snapshot("t", 1, plog(store, "t", 1).topic_id)
+    for k in (k0, k1):
+        if store.head(k) is not None:
+            store.delete_many([k])
+    store.put(k1, b"garbage")
+    # an orphan behind W for the full sweep, and one beyond LR
+    st = plog(store, "t", 0).read_state()
+    ref = st.committed_l1_files()[0]
+    behind = layout.l1_key("t", 0, ref.first, ref.first + 1, st.topic_id)
+    store.put(behind, store.get(ref.key))
+    idle_epochs(store, monkeypatch, 4, partitions=2)
+    full_sweep(store, monkeypatch, partitions=2)
+    assert store.head(behind) is None
+    assert l1_keys(store) == committed_all(store, partitions=2)
+    assert_exactly_once(store, "t", sent)
+
+
+def test_a_topic_re_created_then_ticks(store, monkeypatch):
+    produce_rounds(store, partitions=1, rounds=2, per=10)
+    run_reconcile(store)
+    checked_gc(store, monkeypatch)
+    idle_epochs(store, monkeypatch, 2)
+    delete_topic(store, "t")
+    checked_gc(store, monkeypatch, partitions=0)
+    create_topic(store, "t", 1)
+    sent = produce_rounds(store, partitions=1, rounds=2, per=10)
+    run_reconcile(store)
+    checked_gc(store, monkeypatch)
+    idle_epochs(store, monkeypatch, 4)
+    full_sweep(store, monkeypatch)
+    full_sweep(store, monkeypatch)
+    assert l1_keys(store) == committed_all(store)
+    assert_exactly_once(store, "t", sent)
+
+
+# --- a random walk, every GC run compared with the sweep not knowing its ticks ------------
+
+POINTS = (
+    "after_claim",
+    "after_l1_write",
+    "before_commit",
+    "after_commit",
+    "compact_after_claim",
+    "compact_after_write",
+    "compact_before_commit",
+    "compact_after_commit",
+)
+
+
+OPS = ("produce", "reconcile", "reconcile", "crash", "compact", "forge", "orphan", "snap", "gc", "gc", "gc", "tick")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_random_walk_of_writes_crashes_compactions_forgeries_and_gc_runs(fstore, monkeypatch, seed):
+    rnd = random.Random(seed)
+    store = fstore
+    P2 = 2
+    create_topic(store, "t", P2)
+    sent = {p: [] for p in range(P2)}
+    small = CompactSettings(max_small_files=2, target_file_bytes=1 << 20)
+    short = CompactSettings(max_small_files=2, target_file_bytes=1 << 20, lease_ms=300)
+    for _ in range(40):
+        op = rnd.choice(OPS)
+        if op == "produce":
+            got = produce_rounds(store, partitions=P2, rounds=1, per=rnd.randint(1, 6))
+            for p, r in got.items():
+                sent[p] += r
+        elif op in ("reconcile", "tick"):
+            ClusterEpoch(store).advance()
+            reconcile(store)
+        elif op == "crash":
+            point = rnd.choice(POINTS)
+
+            def die(pt, index, point=point):
+                if pt == point:
+                    raise Crash(pt)
+
+            crashpoints.install(die)
+            try:
+                with contextlib.suppress(Crash):
+                    if point.startswith("compact"):
+                        run_compaction(store, config=short)
+                    else:
+                        run_reconcile(store, config=dataclasses.replace(LAG2, lease_ms=300))
+            finally:
+                crashpoints.install(None)
+            time.sleep(0.35)
+        elif op == "compact":
+            run_compaction(store, config=small)
+        elif op == "forge":
+            p = rnd.randrange(P2)
+            st = plog(store, "t", p).read_state()
+            if st.initialized:
+                c = ClusterEpoch(store).current()
+                append_raw(
+                    store,
+                    "t",
+                    p,
+                    Tick(max(1, c - rnd.randint(0, 1)), max(1, st.writer_epoch + rnd.randint(0, 2)), "forger"),
+                )
+        elif op == "orphan":
+            p = rnd.randrange(P2)
+            st = plog(store, "t", p).read_state()
+            refs = st.committed_l1_files()
+            if refs:
+                ref = rnd.choice(refs)
+                lr = st.last_reconciled_offset
+                first = rnd.randint(ref.first, lr + 3)
+                last = first + rnd.randint(0, 4)
+                k = layout.l1_key("t", p, first, last, st.topic_id)
+                if store.head(k) is None:
+                    store.put(k, store.get(ref.key))
+        elif op == "snap":
+            p = rnd.randrange(P2)
+            k = layout.snapshot("t", p, plog(store, "t", p).topic_id)
+            if rnd.random() < 0.5:
+                if store.head(k) is not None:
+                    store.delete_many([k])
+            else:
+                store.put(k, b"junk")
+        elif op == "gc":
+            cfg = dataclasses.replace(
+                EVERY,
+                full_read_every=rnd.choice([1, 1, 3]),
+                l1_reader_grace_s=rnd.choice([0, 3600]),
+                l1_grace_s=rnd.choice([0, 0, 3600]),
+                l1_full_sweep_s=rnd.choice([0, 86400, 86400, 86400]),
+            )
+            checked_gc(store, monkeypatch, cfg, partitions=P2)
+    # settle: everything reconciled, LR past every file, then full sweeps
+    for _ in range(3):
+        got = produce_rounds(store, partitions=P2, rounds=1, per=20)
+        for p, r in got.items():
+            sent[p] += r
+        ClusterEpoch(store).advance()
+        assert run_reconcile(store, config=LAG2).ok
+    time.sleep(0.02)
+    idle_epochs(store, monkeypatch, 3, partitions=P2)
+    full_sweep(store, monkeypatch, partitions=P2)
+    full_sweep(store, monkeypatch, partitions=P2)
+    left = l1_keys(store) - committed_all(store, partitions=P2)
+    assert not left, left
+    assert_exactly_once(store, "t", sent)
