@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterator
 
 from ctp_state import codec, entries as en, layout, snapshot, state as sm, window
-from ctp_state.entries import Advance, Claim, Compact, Entry, Reconcile, Tick, Trim
+from ctp_state.entries import Advance, Claim, Compact, Entry, Reconcile, Trim
 from ctp_state.errors import CorruptData, LogGap, ObjectNotFound, StoreError
 from ctp_state.storage import ObjectStore
 from ctp_state.topic_meta import Topic
@@ -110,11 +110,6 @@ class LogReader:
         self.write_snapshots = write_snapshots  # False: a reader that must change nothing
         #: Why the last snapshot read was set aside (None when it was fine or absent).
         self.snapshot_problem: str | None = None
-        #: After :meth:`catch_up` (and so :meth:`read_state`): the log offset from which
-        #: every entry it read is a tick (entries before the state it started from count
-        #: as not: never earlier than the truth). The GC's L1 sweep need not list a
-        #: partition whose log grew only by ticks since it last looked.
-        self.ticks_from = -1
         self._seen_at = time.monotonic()  # when this log was last read or written
         self.probe = probe
         self.idle_snapshot_every = idle_snapshot_every
@@ -361,16 +356,12 @@ class LogReader:
             state = self._vouched(state)
         last = None
         before = state.last_crc if reach or vouched else None
-        ticks_from = state.applied_offset + 1  # (what came before the state is not known here)
         for offset, entry, crc, prev in self._read(state.applied_offset):
             if own and last is None and None not in (prev, state.last_crc) and prev != state.last_crc:
                 raise NotVouched(state.applied_offset, f"the entry at {offset} follows another entry")
             forked = prev is not None and before is not None and prev != before
             state = sm.apply(state, offset, entry, forked=forked).state
             last, before = (offset, crc), crc
-            if not isinstance(entry, Tick):
-                ticks_from = offset + 1
-        self.ticks_from = ticks_from
         if last is not None:
             state = sm.evolve(state, last_entry=last)
         self._seen_at = time.monotonic()

@@ -56,7 +56,6 @@ def try_read_partition_states(
     bases: Mapping[tuple[str, int], tuple[sm.PartitionState, int | None]] | None = None,
     last_crcs: dict[tuple[str, int], int | None] | None = None,
     busy: Collection[tuple[str, int]] = (),
-    ticks_from: dict[tuple[str, int], int] | None = None,
 ) -> tuple[list[sm.PartitionState | None], list[tuple[str, int, str]]]:
     """Like :func:`read_partition_states`, but a partition that does not read is
     reported as ``(topic, partition, why)`` (its slot is None) instead of raising.
@@ -68,9 +67,7 @@ def try_read_partition_states(
     state there instead of its snapshot, where the log vouches for it
     (:meth:`PartitionLog.read_state`). With ``last_crcs``, each state's last entry's
     CRC32C is put there (what a pack of these states names; None where it would cost a
-    GET for a partition with placeholders pending, or one in ``busy``). With
-    ``ticks_from``, the log offset from which every entry read is a tick is put there
-    (:attr:`PartitionLog.ticks_from`)."""
+    GET for a partition with placeholders pending, or one in ``busy``)."""
 
     def one(job: Job) -> sm.PartitionState | str:
         base, crc = bases.get((_name(job[0]), job[1]), (None, None)) if bases else (None, None)
@@ -85,8 +82,6 @@ def try_read_partition_states(
                 # next run reads from its log anyway.
                 tp = (_name(job[0]), job[1])
                 last_crcs[tp] = log.last_entry_crc(state, fetch=not state.pending and tp not in busy)
-            if ticks_from is not None:
-                ticks_from[(_name(job[0]), job[1])] = log.ticks_from
             return state
         except CtpError as e:
             return str(e)

@@ -61,9 +61,6 @@ class PartitionView:
     #: ticks the reconciler said it wrote, read by GETs). A view not from "log" is older
     #: than the log may be: it decides M (stale-safe), never what is an orphan.
     read: str = "log"
-    #: The log end offset from which every entry is a tick (-1: not known): entries that
-    #: change no L1 file, so an L1 sweep need not list after them.
-    ticks_from: int = -1
 
     def l1_after(self, w: int) -> tuple[L1Ref, ...]:
         """The committed L1 files whose records come after offset ``w``."""
@@ -85,9 +82,7 @@ class PartitionView:
         return None if self.min_epoch_lower_bound is None else self.min_epoch_lower_bound - 1
 
     @classmethod
-    def of_state(
-        cls, s: sm.PartitionState, topic_id: str | None = None, read: str = "log", ticks_from: int = -1
-    ) -> PartitionView:
+    def of_state(cls, s: sm.PartitionState, topic_id: str | None = None, read: str = "log") -> PartitionView:
         return cls(
             s.topic,
             s.partition,
@@ -113,7 +108,6 @@ class PartitionView:
             s.l1_changed_log_offset,
             s.deleted_to,
             read,
-            ticks_from,
         )
 
 
@@ -184,17 +178,16 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
     topics = [st.current for st in names if st.current is not None]
     wanted: list[tuple[Topic | str, int]] = [(t, p) for t in topics for p in range(t.partitions)]
     got: list[sm.PartitionState | None] = [None] * len(wanted)
-    how: list[tuple[str, int]] = [("log", -1)] * len(wanted)
+    how: list[str] = ["log"] * len(wanted)
     crcs: list[int | None] = [None] * len(wanted)
     if pack is not None:
         for i, r in enumerate(pmap(lambda job: _from_pack(store, pack, *job), wanted, read_threads(store, threads))):
             if r is not None:
-                got[i], how[i], crcs[i] = r[0], (r[1], r[2]), r[3]
+                got[i], how[i], crcs[i] = r
     todo = [i for i, s in enumerate(got) if s is None]
     # Listing reads, never probing ones (``PartitionLog``): what the GC deletes follows
     # from the states, and a log read short of a lost entry would hide what it committed.
     last_crcs: dict[tuple[str, int], int | None] = {}
-    ticks_from: dict[tuple[str, int], int] = {}  # (what the L1 sweep need not list after)
     # (a partition the reconciler reported work in is read from its log next run too:
     # no GET for its last entry's CRC32C)
     busy = {tp for tp, (_, ticks) in pack.hints.items() if not ticks} if pack is not None else set()
@@ -205,19 +198,17 @@ def gather_all(store: ObjectStore, *, threads: int = 32, pack: PackBase | None =
         snapshot_every=LOG_READ_SNAPSHOT_TAIL,
         last_crcs=last_crcs,
         busy=busy,
-        ticks_from=ticks_from,
     )
     for i, s in zip(todo, read):
         got[i] = s
         if s is not None:
             crcs[i] = last_crcs.get((s.topic, s.partition))
-            how[i] = ("log", ticks_from.get((s.topic, s.partition), -1))
     problems += unaccounted_logs(store, topics, names)
     if problems:
         raise StateUnreadable(problems)
     ids = {t.name: t.id for t in topics}
     states = [s for s in got if s is not None]
-    views = [PartitionView.of_state(s, ids[s.topic], *h) for s, h in zip(states, how)]
+    views = [PartitionView.of_state(s, ids[s.topic], h) for s, h in zip(states, how)]
     deleted = frozenset((st.name, t.incarnation) for st in names for t in st.deleted)
     return Gathered(c, views, deleted, names, states, [crc for s, crc in zip(got, crcs) if s is not None], len(todo))
 
@@ -309,9 +300,9 @@ def pack_base(
 
 def _from_pack(
     store: ObjectStore, pack: PackBase, t: Topic | str, p: int
-) -> tuple[sm.PartitionState, str, int, int | None] | None:
+) -> tuple[sm.PartitionState, str, int | None] | None:
     """The partition's state from the pack: as it is, or with the ticks the reconciler
-    said it wrote (``(state, read, ticks_from, CRC32C of its last entry)``); None: read
+    said it wrote (``(state, read, CRC32C of its last entry)``); None: read
     it from its log."""
     name = t if isinstance(t, str) else t.name
     key_id = None if isinstance(t, str) else t.key_id
@@ -341,7 +332,7 @@ def _from_pack(
     # reports it (a HEAD of the next key here cost a request per partition per run for
     # a fresher lag only; docs/design.md 14).
     if end <= base.applied_offset + 1:
-        return base, "pack", base.applied_offset + 1, crc
+        return base, "pack", crc
     s = base
     for offset in range(base.applied_offset + 1, end):
         key = log.key(offset)
@@ -354,7 +345,7 @@ def _from_pack(
             return None
         s = sm.apply(s, offset, entry).state
         crc = codec.crc32c(data)
-    return window.recover(s), "tick", base.applied_offset + 1, crc
+    return window.recover(s), "tick", crc
 
 
 def vanished(

@@ -8,8 +8,10 @@ writer claimed, plus one).
 Per partition the GC keeps a watermark W (in the GC history's partition view): every
 L1 file whose first offset is <= W was checked (committed) or deleted (orphan). A
 sweep looks only past W, so its cost follows new files, not the table, and it skips a
-partition entirely while its log end offset has not moved since the last sweep (a
-reconciler must append a claim before it writes a file).
+partition entirely while W is its last reconciled offset (LR): every file a listing
+past W could find then lies past LR, which a sweep leaves alone (below), whatever the
+log gained since -- ticks, placeholders not reconciled yet, a claim given up. A commit
+moves LR past W, and the next sweep lists.
 
 **Checking (every partition, every run).** The partition's state names its committed
 files and the CRC32C of each; every one past W is read whole — its CRC32C, every
@@ -112,7 +114,7 @@ class SweepResult:
     swept_through: int
     swept_log_end: int
     listed: int = 0
-    skipped: bool = False  # nothing moved since the last sweep
+    skipped: bool = False  # not listed: W at LR, nothing a listing could find to act on
     young: int = 0  # uncommitted files left for a later run (too young, or a claim is live)
     beyond_lr: int = 0
     orphans: list[ObjectInfo] = field(default_factory=list)
@@ -182,6 +184,19 @@ def _retiring(inp: SweepInput, first: int, last: int) -> L1Ref | bool | None:
     return None
 
 
+def lists_whole(inp: SweepInput) -> bool:
+    """The partition is listed from its start: a full sweep, or files a compaction or
+    trim changed since the last sweep looked (or retired files it kept). Pure."""
+    return inp.full or (inp.changed_log_offset >= 0 and inp.changed_log_offset >= inp.swept_log_end)
+
+
+def nothing_to_list(inp: SweepInput) -> bool:
+    """Not listed from its start, and W is LR: a listing past W could find only files
+    past LR, which a sweep leaves alone (a writer may commit them), whatever the log
+    gained since the last sweep. The sweep's result is a listing's, less the listing. Pure."""
+    return not lists_whole(inp) and inp.swept_through == inp.last_reconciled_offset
+
+
 def sweep_partition(
     store: ObjectStore,
     inp: SweepInput,
@@ -193,11 +208,11 @@ def sweep_partition(
 ) -> SweepResult:
     w, lr = inp.swept_through, inp.last_reconciled_offset
     res = SweepResult(inp.topic, inp.partition, w, inp.swept_log_end)
-    # Files changed since the last sweep looked (or retired files it kept): list it all.
-    whole = inp.full or (inp.changed_log_offset >= 0 and inp.changed_log_offset >= inp.swept_log_end)
-    if not whole and inp.log_end_offset == inp.swept_log_end and w == lr:
+    if nothing_to_list(inp):
         res.skipped = True
+        res.swept_log_end = inp.log_end_offset  # as a listing would have it
         return res
+    whole = lists_whole(inp)
     prefix = layout.l1_partition_prefix(inp.topic, inp.partition, inp.topic_id)
     start = layout.l1_after(inp.topic, inp.partition, w, inp.topic_id) if w >= 0 and not whole else None
     listed: dict[str, ObjectInfo] = {}

@@ -206,8 +206,6 @@ def prepare(
         if not v.initialized:
             continue
         w, log_end = watermarks.get((v.topic, v.partition), (-1, -1))
-        if 0 <= v.ticks_from <= log_end:
-            log_end = v.log_end_offset  # only ticks since the last sweep: no L1 file changed
         changed_p = v.l1_changed_log_offset >= 0  # compacted or trimmed (R11)
         collect = (
             v.read == "log"

@@ -118,6 +118,30 @@ def test_a_log_read_that_finds_only_ticks_since_the_last_sweep_does_not_list_l1(
     assert rec.l1_partitions_unchanged == P - 1 and rec.l1_new_files_checked == 1
 
 
+def test_a_log_that_grew_without_a_commit_since_the_last_sweep_is_not_listed(store, gate, monkeypatch):
+    """With the sweep's W at the last reconciled offset, a listing after W can only find
+    files past it, which the sweep leaves (a writer may commit them): placeholders
+    pending at the GC's run, or a claim given up, cost no L1 listing. The commit that
+    reconciles them moves LR past W, and the partition is listed then."""
+    create_topic(store, "t", P)
+    every = GcSettings(full_read_every=1)
+    for _ in range(2):
+        epoch(store, gate, every)
+    listed, lst = [], store.list
+    monkeypatch.setattr(store, "list", lambda p="", *a, **k: (listed.append(p), lst(p, *a, **k))[1])
+    with Producer(store, epoch_ttl_s=0) as prod:
+        assert prod.write([(("t", 0), [Record(b"v", b"k", 1000, ())])])[0].accepted
+    log = plog(store, "t", 1)
+    st = log.claim(log.read_state(), "gone", AccessMode.EXCLUSIVE).outcome.state
+    log.release(st, "gone", st.writer_epoch)
+    rec = run_gc(store, gate=gate, config=every)  # (no reconcile: partition 0 has its placeholder pending)
+    assert rec.status == "ok" and rec.partitions_read == P
+    assert rec.l1_partitions_unchanged == P and rec.l1_listed == 0, rec
+    assert not [p for p in listed if p.startswith(layout.L1_ROOT)]
+    rec = epoch(store, gate, every)  # the commit
+    assert rec.l1_partitions_unchanged == P - 1 and rec.l1_new_files_checked == 1
+
+
 def corrupt(store, key: str, how) -> None:
     data = store.get(key)
     store.delete_many([key])
