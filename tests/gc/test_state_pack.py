@@ -26,7 +26,7 @@ from ctp_state.storage import LocalStore
 from ctp_state.topics import create_topic
 from tests.compact.test_compaction import many_small_files
 from tests.compact.test_gc_retired import hook
-from tests.support import assert_exactly_once, plog, reconcile
+from tests.support import assert_exactly_once, claim_given_up, plog, reconcile
 from tests.support.table import do_publish, load
 
 P = 4
@@ -131,9 +131,7 @@ def test_a_log_that_grew_without_a_commit_since_the_last_sweep_is_not_listed(sto
     monkeypatch.setattr(store, "list", lambda p="", *a, **k: (listed.append(p), lst(p, *a, **k))[1])
     with Producer(store, epoch_ttl_s=0) as prod:
         assert prod.write([(("t", 0), [Record(b"v", b"k", 1000, ())])])[0].accepted
-    log = plog(store, "t", 1)
-    st = log.claim(log.read_state(), "gone", AccessMode.EXCLUSIVE).outcome.state
-    log.release(st, "gone", st.writer_epoch)
+    claim_given_up(store, "t", 1)
     rec = run_gc(store, gate=gate, config=every)  # (no reconcile: partition 0 has its placeholder pending)
     assert rec.status == "ok" and rec.partitions_read == P
     assert rec.l1_partitions_unchanged == P and rec.l1_listed == 0, rec

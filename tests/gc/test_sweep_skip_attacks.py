@@ -39,7 +39,7 @@ from ctp_state.retention import delete_records
 from ctp_state.settings import CompactSettings, GcSettings
 from ctp_state.topics import create_topic
 from tests.compact.test_compaction import many_small_files
-from tests.support import LAG2, assert_exactly_once, plog, produce_rounds, reconcile
+from tests.support import LAG2, assert_exactly_once, claim_given_up, plog, produce_rounds, reconcile
 
 EVERY = GcSettings(full_read_every=1, l1_grace_s=0, l1_reader_grace_s=0, l1_full_sweep_s=86400, topic_removal_grace_s=0)
 
@@ -279,18 +279,27 @@ def _placeholder(store, p=0, v=b"v"):
     return Record(v, b"k", 1000, ())
 
 
-def test_lr_back_to_w_after_a_lost_tail_then_a_recommit(store, monkeypatch):
-    """W = LR = L; more is reconciled (LR = L2, no GC); the store loses the commit entry:
-    LR back at L == W (skip); a placeholder lands; then reconcile again."""
+def _lose_the_second_commit(store, monkeypatch, *, gc_between: bool) -> None:
+    """Two reconciles (a GC after the first, and with ``gc_between`` after the second
+    too); then the store loses the log's tail until LR goes back before the second
+    commit, and the claim before it."""
     produce_rounds(store, partitions=1, rounds=2, per=5)
     assert run_reconcile(store).ok
     checked_gc(store, monkeypatch)
     produce_rounds(store, partitions=1, rounds=1, per=3)
     assert run_reconcile(store).ok
+    if gc_between:
+        checked_gc(store, monkeypatch)
     before = plog(store, "t", 0).read_state()
     while plog(store, "t", 0).read_state().last_reconciled_offset == before.last_reconciled_offset:
-        _drop_tail(store, "t", 0, 1)  # lose entries until LR goes back
+        _drop_tail(store, "t", 0, 1)
     _drop_claim_too(store)
+
+
+def test_lr_back_to_w_after_a_lost_tail_then_a_recommit(store, monkeypatch):
+    """W = LR = L; more is reconciled (LR = L2, no GC); the store loses the commit entry:
+    LR back at L == W (skip); a placeholder lands; then reconcile again."""
+    _lose_the_second_commit(store, monkeypatch, gc_between=False)
     sk = Skips()
     checked_gc(store, monkeypatch, skips=sk)
     _placeholder(store)
@@ -308,23 +317,12 @@ def test_w_past_lr_after_a_lost_tail(store, monkeypatch):
     """GC at LR = L2 (W = L2); the store loses the commit: LR = L < W; lists (W > LR),
     W back to L; then pending placeholders and a claim given up (skips), then a
     recommit with a different split."""
-    produce_rounds(store, partitions=1, rounds=2, per=5)
-    assert run_reconcile(store).ok
-    checked_gc(store, monkeypatch)
-    produce_rounds(store, partitions=1, rounds=1, per=3)
-    assert run_reconcile(store).ok
-    checked_gc(store, monkeypatch)
-    before = plog(store, "t", 0).read_state()
-    while plog(store, "t", 0).read_state().last_reconciled_offset == before.last_reconciled_offset:
-        _drop_tail(store, "t", 0, 1)
-    _drop_claim_too(store)
+    _lose_the_second_commit(store, monkeypatch, gc_between=True)
     sk = Skips()
     # (M would go back: the gate refuses these runs; compare the prepares only)
     compare(store, EVERY, monkeypatch)
     _placeholder(store)
-    log = plog(store, "t", 0)
-    st = log.claim(log.read_state(), "gone", AccessMode.EXCLUSIVE).outcome.state
-    log.release(st, "gone", st.writer_epoch)
+    claim_given_up(store)
     compare(store, EVERY, monkeypatch)
     ClusterEpoch(store).advance()
     reconcile(store)
@@ -349,9 +347,7 @@ def test_trim_then_placeholders_and_a_claim_given_up_on_the_pack_path(store, mon
     for i in range(6):
         _placeholder(store, v=f"x{i}".encode())
         sent[0].append(Record(f"x{i}".encode(), b"k", 1000, ()))
-        log = plog(store, "t", 0)
-        s = log.claim(log.read_state(), "gone", AccessMode.EXCLUSIVE).outcome.state
-        log.release(s, "gone", s.writer_epoch)
+        claim_given_up(store)
         checked_gc(store, monkeypatch, cfg, skips=sk)
         if i % 2:
             ClusterEpoch(store).advance()

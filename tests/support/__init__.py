@@ -318,6 +318,16 @@ def plog(store: ObjectStore, topic: str, partition: int, **kw) -> PartitionLog:
         return PartitionLog(store, topic, partition, **kw)
 
 
+def claim_given_up(store: ObjectStore, topic: str = "t", partition: int = 0, owner: str = "gone") -> None:
+    """An exclusive claim taken and released with nothing written under it: the log
+    grows by two entries that change no L1 file."""
+    from ctp_state.entries import AccessMode
+
+    log = plog(store, topic, partition)
+    st = log.claim(log.read_state(), owner, AccessMode.EXCLUSIVE).outcome.state
+    log.release(st, owner, st.writer_epoch)
+
+
 def key_id(store: ObjectStore, topic: str = "t") -> str | None:
     """The id in ``topic``'s keys (what layout functions take as ``topic_id``; None for a
     topic that has no metadata: a log a test writes by hand)."""
