@@ -230,26 +230,39 @@ def _append(
     raise ContentionTimeout(f"appending to {seq.prefix}", attempts)
 
 
+def _live(st: NameState, name: str, expect_id: str | None) -> Topic:
+    """The name's live incarnation (``expect_id``: only if it is that one)."""
+    t = st.current
+    if t is None:
+        raise TopicDeleted(name, st.deleting[-1][0].incarnation) if st.deleting else TopicNotFound(name)
+    if expect_id is not None and t.incarnation != expect_id:
+        raise TopicNotFound(f"{name} (incarnation {expect_id}; the live one is {t.incarnation})")
+    return t
+
+
+def _event(kind: str, t: Topic, *, retention_ms: int | None = None, retention_bytes: int | None = None) -> TopicEvent:
+    """A history record of ``kind`` about incarnation ``t``, stamped now (for people)."""
+    return TopicEvent(
+        kind=kind,
+        name=t.name,
+        id=t.id,
+        keyed=t.keyed,
+        partitions=t.partitions,
+        created_ms=t.created_ms,
+        at_ms=int(time.time() * 1000),
+        retention_ms=retention_ms,
+        retention_bytes=retention_bytes,
+    )
+
+
 def tombstone(store: ObjectStore, name: str, *, expect_id: str | None = None) -> Topic:
     """Write the tombstone of ``name``'s live incarnation (``expect_id``: only if it is
     that one); return the incarnation deleted. The name resolves to nothing from here on
     (:func:`current`); its partitions stop counting for M."""
 
     def decide(st: NameState) -> TopicEvent:
-        t = st.current
-        if t is None:
-            raise TopicDeleted(name, st.deleting[-1][0].incarnation) if st.deleting else TopicNotFound(name)
-        if expect_id is not None and t.incarnation != expect_id:
-            raise TopicNotFound(f"{name} (incarnation {expect_id}; the live one is {t.incarnation})")
-        return TopicEvent(
-            kind="delete",
-            name=name,
-            id=t.id,
-            keyed=t.keyed,
-            partitions=t.partitions,
-            created_ms=t.created_ms,
-            at_ms=int(time.time() * 1000),
-        )
+        t = _live(st, name, expect_id)
+        return _event("delete", t)
 
     _, ev = _append(store, name, decide)
     assert ev is not None
@@ -289,15 +302,7 @@ def mark_removed(store: ObjectStore, t: Topic) -> bool:
     def decide(st: NameState) -> TopicEvent | None:
         if not any(d.incarnation == t.incarnation and d.keyed == t.keyed for d, _ in st.deleting):
             return None
-        return TopicEvent(
-            kind="removed",
-            name=t.name,
-            id=t.id,
-            keyed=t.keyed,
-            partitions=t.partitions,
-            created_ms=t.created_ms,
-            at_ms=int(time.time() * 1000),
-        )
+        return _event("removed", t)
 
     return _append(store, t.name, decide)[1] is not None
 
@@ -318,24 +323,10 @@ def set_retention(
             raise ConfigError(f"{what} must be a positive integer or none, got {v!r}")
 
     def decide(st: NameState) -> TopicEvent | None:
-        t = st.current
-        if t is None:
-            raise TopicDeleted(name, st.deleting[-1][0].incarnation) if st.deleting else TopicNotFound(name)
-        if expect_id is not None and t.incarnation != expect_id:
-            raise TopicNotFound(f"{name} (incarnation {expect_id}; the live one is {t.incarnation})")
+        t = _live(st, name, expect_id)
         if (st.retention_ms, st.retention_bytes) == (retention_ms, retention_bytes):
             return None
-        return TopicEvent(
-            kind="config",
-            name=name,
-            id=t.id,
-            keyed=t.keyed,
-            partitions=t.partitions,
-            created_ms=t.created_ms,
-            at_ms=int(time.time() * 1000),
-            retention_ms=retention_ms,
-            retention_bytes=retention_bytes,
-        )
+        return _event("config", t, retention_ms=retention_ms, retention_bytes=retention_bytes)
 
     st, ev = _append(store, name, decide)
     assert st.current is not None
@@ -356,15 +347,7 @@ def acknowledge_lost(store: ObjectStore, t: Topic) -> bool:
                 f"topic {t.name}: the keys of incarnation {t.incarnation} are incarnation {owner.incarnation}'s "
                 f"(keys named by the topic only); delete that one with --id {owner.incarnation}"
             )
-        return TopicEvent(
-            kind="lost",
-            name=t.name,
-            id=t.id,
-            keyed=t.keyed,
-            partitions=t.partitions,
-            created_ms=t.created_ms,
-            at_ms=int(time.time() * 1000),
-        )
+        return _event("lost", t)
 
     return _append(store, t.name, decide)[1] is not None
 

@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param
 
 from ctp_state.codec import JsonObject
-from ctp_state.settings import options
+from ctp_state.settings import from_options, options, to_args
 
 #: Updated by the epoch DAG after every advance; the reconcile DAG runs on it.
 EPOCH_ASSET = Asset("ctp://cluster/epoch", group="ctp")
@@ -184,6 +185,28 @@ def settings_params(cls: type[Any], only: Sequence[str]) -> dict[str, Param]:
             schema["enum"] = list(k.choices)
         out[o.name] = Param(o.default, description=k.help, **schema)
     return out
+
+
+class CtpSparkSubmitOperator(SparkSubmitOperator):
+    """spark-submit of a ctp Spark app, with the store and its S3 settings resolved when
+    the task runs (never at parse time) and passed as arguments and environment, not
+    through XCom. ``settings`` is the app's settings class; the run's params (``topics``
+    and the knobs in ``form``) become its arguments."""
+
+    def __init__(self, *, settings: type[Any], form: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ctp_settings = settings
+        self.ctp_form = list(form)
+
+    def execute(self, context):
+        cfg = resolve()
+        p = context["params"]
+        args = ["--store", cfg.store, *to_args(from_options(self.ctp_settings, p), self.ctp_form)]
+        for t in p.get("topics") or []:
+            args += ["--topic", t]
+        self.application_args = args
+        self.env_vars = {**(self.env_vars or {}), **cfg.env}
+        return super().execute(context)
 
 
 def on_ctp_alert(context: Any) -> None:

@@ -42,31 +42,24 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
-from ctp_common import SPARK_CONN_ID, TABLE_ASSET, default_args, open_store, repo_path, resolve, settings_params
+from ctp_common import (
+    SPARK_CONN_ID,
+    TABLE_ASSET,
+    CtpSparkSubmitOperator,
+    default_args,
+    open_store,
+    repo_path,
+    resolve,
+    settings_params,
+)
 
-from ctp_state.settings import CompactSettings, from_options, to_args
+from ctp_state.settings import CompactSettings
 
 #: The knobs the trigger form offers (the Spark app takes them all).
 FORM = ["max_small_files", "target_file_bytes"]
 
 SCHEDULE = os.environ.get("CTP_L1_LIFECYCLE_SCHEDULE") or "@hourly"
-
-
-class CtpCompactSubmitOperator(SparkSubmitOperator):
-    """spark-submit of the compactor with the store and its S3 settings resolved when
-    the task runs (never at parse time)."""
-
-    def execute(self, context):
-        cfg = resolve()
-        p = context["params"]
-        args = ["--store", cfg.store, *to_args(from_options(CompactSettings, p), FORM)]
-        for t in p.get("topics") or []:
-            args += ["--topic", t]
-        self.application_args = args
-        self.env_vars = {**(self.env_vars or {}), **cfg.env}
-        return super().execute(context)
 
 
 @dag(
@@ -99,7 +92,9 @@ def ctp_l1_lifecycle():
             )
         return summary.as_dict()
 
-    spark = CtpCompactSubmitOperator(
+    spark = CtpSparkSubmitOperator(
+        settings=CompactSettings,
+        form=FORM,
         task_id="spark_compact",
         application=repo_path("spark_apps", "compact.py"),
         conn_id=SPARK_CONN_ID,

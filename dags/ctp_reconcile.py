@@ -46,13 +46,13 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 from ctp_common import (
     EPOCH_ASSET,
     RECONCILE_ASSET,
     SPARK_CONN_ID,
     TABLE_ASSET,
+    CtpSparkSubmitOperator,
     default_args,
     open_store,
     repo_path,
@@ -60,28 +60,13 @@ from ctp_common import (
     settings_params,
 )
 
-from ctp_state.settings import ReconcileSettings, from_options, to_args
+from ctp_state.settings import ReconcileSettings
 
 #: The knobs the trigger form offers (the Spark app takes them all).
 FORM = ["target_file_bytes", "max_bytes_per_partition", "idle_lag", "tick_together", "claim_wait_s"]
 
 # A cron string in $CTP_RECONCILE_SCHEDULE replaces the Asset schedule.
 SCHEDULE = os.environ.get("CTP_RECONCILE_SCHEDULE") or [EPOCH_ASSET]
-
-
-class CtpSparkSubmitOperator(SparkSubmitOperator):
-    """spark-submit with the store and its S3 settings resolved when the task runs
-    (never at parse time), passed as arguments and environment, not through XCom."""
-
-    def execute(self, context):
-        cfg = resolve()
-        p = context["params"]
-        args = ["--store", cfg.store, *to_args(from_options(ReconcileSettings, p), FORM)]
-        for t in p.get("topics") or []:
-            args += ["--topic", t]
-        self.application_args = args
-        self.env_vars = {**(self.env_vars or {}), **cfg.env}
-        return super().execute(context)
 
 
 @dag(
@@ -100,6 +85,8 @@ class CtpSparkSubmitOperator(SparkSubmitOperator):
 )
 def ctp_reconcile():
     spark = CtpSparkSubmitOperator(
+        settings=ReconcileSettings,
+        form=FORM,
         task_id="spark_reconcile",
         application=repo_path("spark_apps", "reconcile.py"),
         conn_id=SPARK_CONN_ID,

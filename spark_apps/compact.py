@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any
 
-from ctp_state.spark.session import inline_plan_mb, is_connect, spark_map_runs, spark_session, warm_workers
+from ctp_state.spark.session import inline_plan_mb, run_app, spark_map_runs
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,20 +57,9 @@ def run(spark: Any, args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ctp_state.errors import CtpError
-
     args = parse_args(argv)
-    try:
-        spark = spark_session(os.environ, args.master, remote=args.remote, app_name="ctp-compact")
-        if not is_connect(spark):
-            spark.sparkContext.setLogLevel("WARN")
-        try:
-            warm_workers(spark)
-            summary = run(spark, args)
-        finally:
-            spark.stop()
-    except (CtpError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    summary = run_app(args, run, app_name="ctp-compact")
+    if summary is None:
         return 1
     print(json.dumps(summary.as_dict(), indent=1))
     if summary.failed:

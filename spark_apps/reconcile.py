@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ctp_state.spark.session import inline_plan_mb, is_connect, spark_map_files, spark_session, warm_workers
+from ctp_state.spark.session import inline_plan_mb, run_app, spark_map_files
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -79,20 +79,9 @@ def run(spark: Any, args: argparse.Namespace, on_progress: Callable[[str, int, i
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ctp_state.errors import CtpError
-
     args = parse_args(argv)
-    try:
-        spark = spark_session(os.environ, args.master, remote=args.remote)
-        if not is_connect(spark):  # through Connect, the server's log settings apply
-            spark.sparkContext.setLogLevel("WARN")
-        try:
-            warm_workers(spark)
-            summary = run(spark, args)
-        finally:
-            spark.stop()
-    except (CtpError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    summary = run_app(args, run, app_name="ctp-reconcile")
+    if summary is None:
         return 1
     from ctp_state.records import encode
 

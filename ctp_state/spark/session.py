@@ -18,7 +18,7 @@ import pickle
 import re
 import sys
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -230,3 +230,27 @@ def spark_session(
         .config("spark.python.worker.reuse", "true")
         .getOrCreate()
     )
+
+
+_R = TypeVar("_R")
+
+
+def run_app(args: Any, run: Callable[[Any, Any], _R], *, app_name: str) -> _R | None:
+    """An entry point's body: ``run(spark, args)`` in a session started from ``args``
+    (``master``, ``remote``), its workers warmed, the session stopped however it ends.
+    A :class:`ctp_state.errors.CtpError` or ``ValueError`` is printed as one line on
+    stderr and gives None (the caller exits 1)."""
+    from ctp_state.errors import CtpError
+
+    try:
+        spark = spark_session(os.environ, args.master, app_name=app_name, remote=args.remote)
+        if not is_connect(spark):  # through Connect, the server's log settings apply
+            spark.sparkContext.setLogLevel("WARN")
+        try:
+            warm_workers(spark)
+            return run(spark, args)
+        finally:
+            spark.stop()
+    except (CtpError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
