@@ -61,6 +61,9 @@ class PartitionView:
     #: ticks the reconciler said it wrote, read by GETs). A view not from "log" is older
     #: than the log may be: it decides M (stale-safe), never what is an orphan.
     read: str = "log"
+    #: The newest writer epoch the state knows (claims and ticks): a compaction's file of
+    #: a newer one belongs to a claim taken after this read (see l1_sweep).
+    writer_epoch: int = 0
 
     def l1_after(self, w: int) -> tuple[L1Ref, ...]:
         """The committed L1 files whose records come after offset ``w``."""
@@ -108,6 +111,7 @@ class PartitionView:
             s.l1_changed_log_offset,
             s.deleted_to,
             read,
+            s.writer_epoch,
         )
 
 

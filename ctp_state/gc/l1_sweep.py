@@ -41,7 +41,8 @@ its start, and again every run while it keeps a retired file.
 A compaction writes at or below LR, where nothing else commits: its file (keyed by its
 writer epoch) is never collected while a claim of that writer epoch is in the
 partition's state, lapsed or not -- the fold accepts the writer's commit until another
-claim fences it, whatever the clocks say.
+claim fences it, whatever the clocks say -- nor while its writer epoch is newer than
+the state's: that claim was taken after the GC's read, and may commit after its listing.
 
 **Full sweeps.** A reconciler whose lease ran out can still write a file after a sweep
 moved W past the file's offsets; an incremental sweep never lists behind W, so such a
@@ -105,6 +106,17 @@ class SweepInput:
     #: compactor whose lease lapsed can still commit its file until someone else claims
     #: (the fold judges the claim, not the clock), so its file is never collected.
     holders: frozenset[int] = frozenset()
+    #: The newest writer epoch of the state this input was read from (None: not known).
+    #: A claim taken after that read has a newer one, and may commit a file at or below
+    #: LR after this sweep listed it: a compaction's file of a newer writer epoch is never
+    #: collected (None: no compaction's file is).
+    writer_epoch: int | None = None
+
+
+def unseen_writer(inp: SweepInput, compacted_by: int) -> bool:
+    """A compaction's file of a claim the sweep's state does not know (taken after the
+    read): only a later claim fences it, so it may be committed yet. Pure."""
+    return compacted_by > 0 and (inp.writer_epoch is None or compacted_by > inp.writer_epoch)
 
 
 @dataclass
@@ -249,9 +261,10 @@ def sweep_partition(
         retiring = _retiring(inp, first, last) if last <= lr else None
         if last > lr:
             res.beyond_lr += 1
-        elif layout.parse_l1_key(key).compacted_by in inp.holders:
+        elif (tag := layout.parse_l1_key(key).compacted_by) in inp.holders or unseen_writer(inp, tag):
             # A compaction's file whose writer still holds its claim (even past its
-            # lease): it may be committed yet. Not an orphan until that claim is gone.
+            # lease), or claimed after the state was read: it may be committed yet. Not
+            # an orphan, nor a retired file, until the state shows that claim gone.
             res.young += 1
         elif retiring is not None:
             if not changed_at:

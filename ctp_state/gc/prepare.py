@@ -232,6 +232,7 @@ def prepare(
                 if changed_p
                 else None,
                 holders=frozenset(h.writer_epoch for h in v.holders),
+                writer_epoch=v.writer_epoch,
             )
         )
     on_progress("l1-check", 0, len(inputs))
