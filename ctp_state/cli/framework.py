@@ -37,7 +37,8 @@ def default_store_url() -> str:
 
 
 def fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
+    """Print ``message`` as one line (a driver's message may span several) and exit 1."""
+    click.echo("error: " + " ".join(line.strip() for line in message.strip().splitlines() if line.strip()), err=True)
     sys.exit(1)
 
 

@@ -15,7 +15,7 @@ from urllib.parse import ParseResult
 
 from ctp_state.errors import ConfigError, KeyExists, ObjectNotFound, StoreError
 from ctp_state.storage.base import MAX_DELETE_BATCH, DeleteResult, ObjectInfo, ObjectStore, check_key
-from ctp_state.storage.settings import S3Settings, redact_url
+from ctp_state.storage.settings import S3Settings, redact_url, url_userinfo
 from ctp_state.throttle import is_throttle
 
 #: What a server answers to a request signed with a wrong or unknown key.
@@ -270,7 +270,7 @@ def open_s3(parsed: ParseResult, url: str, env: Mapping[str, str], create: bool 
     """The opener the registry calls for ``s3://`` URLs; endpoint and credentials come
     from ``env`` (:meth:`S3Settings.from_env`), never from the URL. ``create`` changes
     nothing: ctp never creates a bucket, and a missing one fails on the first request."""
-    if parsed.username or parsed.password:
+    if url_userinfo(url) is not None:
         raise ConfigError(
             f"credentials in the store URL {redact_url(url)!r} are not allowed; "
             "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or an Airflow connection"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +24,11 @@ class S3Settings:
     session_token: str | None = field(default=None, repr=False)
     max_attempts: int = 10
     max_pool_connections: int = 32
+    #: Seconds to wait for a connection, and for the server's next bytes once connected
+    #: (not for a whole transfer). With the attempts, they bound how long a server that
+    #: accepts and never answers holds a command: 10 x 30 s, not botocore's 10 x 60 s.
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> S3Settings:
@@ -42,13 +49,26 @@ class S3Settings:
             raise ConfigError(
                 f"CTP_S3_MAX_ATTEMPTS must be >= 1 (attempts per request, the first included), got {max_attempts}"
             )
+        endpoint = pick("CTP_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+        if endpoint and url_userinfo(endpoint) is not None:
+            name = next(n for n in ("CTP_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if env.get(n))
+            raise ConfigError(
+                f"credentials in {name} ({redact_url(endpoint)}) are not allowed; "
+                "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or an Airflow connection"
+            )
+        connect_timeout_s, read_timeout_s = (
+            _seconds(env, "CTP_S3_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
+            _seconds(env, "CTP_S3_READ_TIMEOUT_S", cls.read_timeout_s),
+        )
         return cls(
-            endpoint_url=pick("CTP_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+            endpoint_url=endpoint,
             region=pick("CTP_S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1",
             access_key_id=pick("CTP_S3_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"),
             secret_access_key=pick("CTP_S3_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"),
             session_token=pick("CTP_S3_SESSION_TOKEN", "AWS_SESSION_TOKEN"),
             max_attempts=max_attempts,
+            connect_timeout_s=connect_timeout_s,
+            read_timeout_s=read_timeout_s,
         )
 
     def client(self, max_attempts: int | None = None) -> Any:
@@ -62,6 +82,8 @@ class S3Settings:
             # counts only the retries).
             retries={"mode": "standard", "total_max_attempts": max_attempts or self.max_attempts},
             max_pool_connections=self.max_pool_connections,
+            connect_timeout=self.connect_timeout_s,
+            read_timeout=self.read_timeout_s,
             s3={"addressing_style": "path"} if self.endpoint_url else None,
         )
         global _session
@@ -83,16 +105,51 @@ class S3Settings:
             )
 
 
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"{name} must be a positive number of seconds, got {raw!r}")
+    return v
+
+
 _session: Any = None
 _session_lock = threading.Lock()
 
 
+#: ``scheme://`` and the text up to the first ``@``: the userinfo, if it is one.
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)([^@]*)@")
+
+
+def url_userinfo(url: str) -> str | None:
+    """The ``user:password`` of a URL, however the password is written: a secret key
+    may hold ``/``, ``?`` or ``#``, which end the host part for :func:`urlparse` (so it
+    finds no password there, and the secret would be printed as a path). Text before the
+    first ``@`` is taken for userinfo when :func:`urlparse` finds one or it holds a
+    ``:``; a path with ``:`` and ``@`` in it is redacted too (only ever in a message)."""
+    m = _USERINFO.match(url)
+    if m is None:
+        return None
+    parsed = urlparse(url)
+    if parsed.username or parsed.password or ":" in m.group(2):
+        return m.group(2)
+    return None
+
+
+def url_password(url: str) -> str | None:
+    """The password in a URL's userinfo (:func:`url_userinfo`), or None."""
+    info = url_userinfo(url)
+    return info.split(":", 1)[1] if info and ":" in info else None
+
+
 def redact_url(url: str) -> str:
     """Drop any ``user:password@`` from a URL so it can be logged."""
-    parsed = urlparse(url)
-    if parsed.username or parsed.password:
-        netloc = parsed.hostname or ""
-        if parsed.port:
-            netloc += f":{parsed.port}"
-        return parsed._replace(netloc=netloc).geturl()
-    return url
+    m = _USERINFO.match(url)
+    if m is None or url_userinfo(url) is None:
+        return url
+    return m.group(1) + url[m.end() :]

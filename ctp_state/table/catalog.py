@@ -249,9 +249,9 @@ def open_catalog(store: ObjectStore, config: CatalogConfig, *, home: str) -> Any
 
 def _scrub(message: str, uri: str | None, *secrets: str | None) -> str:
     """``message`` without ``uri``'s password or ``secrets``, should a driver have quoted them."""
-    from urllib.parse import urlparse
+    from ctp_state.storage.settings import url_password
 
-    for secret in (urlparse(uri).password if uri else None, *secrets):
+    for secret in (url_password(uri) if uri else None, *secrets):
         for part in (secret, *(secret.split(":", 1) if secret and ":" in secret else ())):
             if part and len(part) >= 4:
                 message = message.replace(part, "***")

@@ -275,3 +275,88 @@ def test_ctp_read_output_is_ctp_produce_input(subprocess_env, store, tmp_path):
     r = ctp({**env, "PYTHONIOENCODING": "latin-1"}, "read", "t", "0", "--limit", "1")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["headers"] == [["a", "1"], ["b", "ünï"]]
+
+
+# A secret key may hold "/", "?" or "#": each ends the host part of a URL for urlparse,
+# which then finds no password, and the secret read as a path.
+SLASHED = [
+    ("s3://AKIAEXAMPLE:SUPER/SECRET123@bucket/prefix", "credentials in the store URL"),
+    ("s3://AKIAEXAMPLE:SUPER#SECRET123@bucket/prefix", "credentials in the store URL"),
+    ("s3://AKIAEXAMPLE:SUPER?SECRET123@bucket/prefix", "credentials in the store URL"),
+    ("hdfs://AKIAEXAMPLE:SUPER/SECRET123@namenode/x", "unsupported store URL"),
+]
+
+
+@pytest.mark.parametrize("url, expect", SLASHED)
+def test_a_store_url_whose_secret_holds_a_slash_hash_or_question_mark_is_refused_unprinted(url, expect):
+    r = ctp({**os.environ}, "epoch", "show", "--store", url)
+    assert r.returncode == 1 and expect in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    for part in ("SUPER", "SECRET123", "AKIAEXAMPLE"):
+        assert part not in r.stdout + r.stderr
+
+
+def test_credentials_in_the_s3_endpoint_are_refused_unprinted():
+    env = {
+        **os.environ,
+        "CTP_STORE": "s3://b/p",
+        "CTP_S3_ENDPOINT_URL": "http://someone:SUPERSECRET123@127.0.0.1:9",
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+    }
+    r = ctp(env, "epoch", "show")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "credentials in CTP_S3_ENDPOINT_URL (http://127.0.0.1:9)" in r.stderr, r.stderr
+    assert "SUPERSECRET123" not in r.stderr + r.stdout and "someone" not in r.stderr
+
+
+def test_a_catalog_password_holding_a_slash_is_never_printed(tmp_path):
+    env = {**os.environ, "CTP_STORE": f"file://{tmp_path}/store"}
+    ok(env, "topic", "create", "orders", "-p", "1")
+    r = ctp(env, "table", "show", "orders", "--catalog", "postgresql+psycopg://ctp:hun/ter2@127.0.0.1:1/ctp")
+    assert r.returncode == 1 and r.stderr.startswith("error: cannot open the Iceberg catalog"), r.stderr
+    assert "ter2" not in r.stderr + r.stdout and "hun/" not in r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr  # the driver's three lines, as one
+
+
+def test_an_s3_server_that_accepts_and_never_answers_fails_within_its_timeouts():
+    """A socket that accepts and never replies: without a read timeout of ctp's own,
+    botocore waits 60 s an attempt (10 attempts: ten minutes)."""
+    import socket
+    import time
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(16)
+        port = srv.getsockname()[1]
+        env = {
+            **os.environ,
+            "CTP_STORE": "s3://b/p",
+            "CTP_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+            "CTP_S3_MAX_ATTEMPTS": "2",
+            "CTP_S3_READ_TIMEOUT_S": "1",
+        }
+        t0 = time.monotonic()
+        r = ctp(env, "epoch", "show")
+        took = time.monotonic() - t0
+    assert r.returncode == 1 and "Read timeout" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert took < 30, took  # two attempts of 1 s, and the process's start
+
+
+def test_s3_timeouts_default_bounded_and_bad_values_name_their_variable():
+    from ctp_state.errors import ConfigError
+    from ctp_state.storage import S3Settings
+
+    s = S3Settings.from_env({})
+    cfg = s.client()._client_config
+    assert (cfg.connect_timeout, cfg.read_timeout) == (5.0, 30.0)
+    assert S3Settings.from_env({"CTP_S3_READ_TIMEOUT_S": "2.5"}).read_timeout_s == 2.5
+    for bad in ("abc", "0", "-1", "nan", "inf"):
+        with pytest.raises(ConfigError, match="CTP_S3_CONNECT_TIMEOUT_S must be"):
+            S3Settings.from_env({"CTP_S3_CONNECT_TIMEOUT_S": bad})
+
+
+def test_a_drivers_multi_line_message_is_one_line():
+    r = ctp({**os.environ, "CTP_S3_MAX_ATTEMPTS": "1"}, "epoch", "show", "--store", "s3://my bucket/p")
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
