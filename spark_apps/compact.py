@@ -58,7 +58,7 @@ def run(spark: Any, args: argparse.Namespace) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    summary = run_app(args, run, app_name="ctp-compact")
+    summary = run_app(args, run, app_name="ctp-compact", env=os.environ)
     if summary is None:
         return 1
     print(json.dumps(summary.as_dict(), indent=1))

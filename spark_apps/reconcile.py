@@ -80,7 +80,7 @@ def run(spark: Any, args: argparse.Namespace, on_progress: Callable[[str, int, i
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    summary = run_app(args, run, app_name="ctp-reconcile")
+    summary = run_app(args, run, app_name="ctp-reconcile", env=os.environ)
     if summary is None:
         return 1
     from ctp_state.records import encode

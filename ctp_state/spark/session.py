@@ -235,15 +235,16 @@ def spark_session(
 _R = TypeVar("_R")
 
 
-def run_app(args: Any, run: Callable[[Any, Any], _R], *, app_name: str) -> _R | None:
+def run_app(args: Any, run: Callable[[Any, Any], _R], *, app_name: str, env: MutableMapping[str, str]) -> _R | None:
     """An entry point's body: ``run(spark, args)`` in a session started from ``args``
-    (``master``, ``remote``), its workers warmed, the session stopped however it ends.
+    (``master``, ``remote``) and the entry point's ``env`` (:func:`spark_session`), its
+    workers warmed, the session stopped however it ends.
     A :class:`ctp_state.errors.CtpError` or ``ValueError`` is printed as one line on
     stderr and gives None (the caller exits 1)."""
     from ctp_state.errors import CtpError
 
     try:
-        spark = spark_session(os.environ, args.master, app_name=app_name, remote=args.remote)
+        spark = spark_session(env, args.master, app_name=app_name, remote=args.remote)
         if not is_connect(spark):  # through Connect, the server's log settings apply
             spark.sparkContext.setLogLevel("WARN")
         try:
