@@ -10,11 +10,22 @@ import click
 from rich.table import Table
 
 from ctp_state import validate
-from ctp_state.cli.framework import AT_LEAST_1, COUNT, _progress, command, emit, fail, main, settings_options
+from ctp_state.cli.framework import (
+    AT_LEAST_1,
+    COUNT,
+    TOPIC_NAME,
+    _progress,
+    command,
+    emit,
+    fail,
+    main,
+    settings_options,
+)
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.records import encode
 from ctp_state.settings import GcSettings, ReconcileSettings, from_options
 from ctp_state.storage import ObjectStore, redact_url
+from ctp_state.topic_meta import MAX_PARTITIONS
 
 # --- status -----------------------------------------------------------------------------
 
@@ -46,7 +57,10 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
     # (R11) where each partition starts, and how many L1 files it commits: what
     # `ctp compact` and retention act on
     l1 = {(s.topic, s.partition): (s.start_offset, len(s.l1_ends)) for s in states}
-    last = GcHistory(store).tail(1, unreadable=[])
+    unreadable: list[tuple[int, str]] = []
+    last = GcHistory(store).tail(1, unreadable=unreadable)
+    for seq, why in unreadable:  # (the next GC run goes on past it; `ctp verify` names it too)
+        click.echo(f"warning: the newest GC record ({seq}) does not read: {why}", err=True)
     gc_last = last[-1] if last else None
     gc_json = (
         None
@@ -116,7 +130,7 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
         )
     emit(False, None, table if rows else "no partitions")
     if gc_last is None:
-        click.echo("GC: no run yet")
+        click.echo(f"GC: the newest record ({unreadable[0][0]}) does not read" if unreadable else "GC: no run yet")
     else:
         click.echo(f"GC: last run {gc_last.seq} {gc_last.status}, M = {gc_last.m} (C = {gc_last.cluster_epoch})")
         if gc_last.alert:
@@ -131,7 +145,7 @@ def status(store: ObjectStore, as_json: bool, topics: tuple[str, ...]) -> None:
 @click.option(
     "--master",
     default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[*]"),
-    show_default="local[*]",
+    show_default="$CTP_SPARK_MASTER or local[*]",
     help="Spark master.",
 )
 @click.option(
@@ -225,14 +239,14 @@ def read(
 
 
 @main.command()
-@click.option("--topic", "topic_name", default="demo", show_default=True)
-@click.option("--partitions", type=AT_LEAST_1, default=8, show_default=True)
+@click.option("--topic", "topic_name", type=TOPIC_NAME, default="demo", show_default=True)
+@click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), default=8, show_default=True)
 @click.option("--rounds", type=AT_LEAST_1, default=4, show_default=True, help="Epoch advances, one flush each.")
 @click.option("--records", type=COUNT, default=20_000, show_default=True, help="Records per round.")
 @click.option(
     "--master",
     default=lambda: os.environ.get("CTP_SPARK_MASTER", "local[2]"),
-    show_default="local[2]",
+    show_default="$CTP_SPARK_MASTER or local[2]",
     help="Spark master for the reconcile step.",
 )
 @click.option("--no-reconcile", is_flag=True, help="Skip the Spark reconcile step.")

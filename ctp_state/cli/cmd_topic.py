@@ -9,6 +9,7 @@ from rich.table import Table
 
 from ctp_state.cli.framework import (
     AT_LEAST_1,
+    TOPIC_NAME,
     _progress,
     command,
     emit,
@@ -17,6 +18,7 @@ from ctp_state.cli.framework import (
 from ctp_state.codec import JsonObject
 from ctp_state.epoch import ClusterEpoch
 from ctp_state.storage import ObjectStore
+from ctp_state.topic_meta import MAX_PARTITIONS
 
 # --- topics -----------------------------------------------------------------------------
 
@@ -27,8 +29,8 @@ def topic() -> None:
 
 
 @topic.command("create")
-@click.argument("name")
-@click.option("--partitions", "-p", type=int, required=True, help="Number of partitions.")
+@click.argument("name", type=TOPIC_NAME)
+@click.option("--partitions", "-p", type=click.IntRange(1, MAX_PARTITIONS), required=True, help="Number of partitions.")
 @click.option("--exist-ok", is_flag=True, help="Succeed if the topic exists with this partition count.")
 @click.option("--retention-ms", type=AT_LEAST_1, default=None, help="Drop L1 files whose newest record is this old.")
 @click.option(

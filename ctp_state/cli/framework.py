@@ -158,9 +158,26 @@ class _Positive(_Seconds):
         return f
 
 
+class _TopicName(click.ParamType):  # type: ignore[type-arg]
+    """A topic name by Kafka's rule, checked while the arguments are parsed: before a
+    command opens (and perhaps creates) its store."""
+
+    name = "topic"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from ctp_state.errors import InvalidTopicName
+        from ctp_state.validate import topic_name
+
+        try:
+            return topic_name(value)
+        except InvalidTopicName as e:
+            self.fail(str(e), param, ctx)
+
+
 POSITIVE = _Positive()
 COUNT = click.IntRange(min=0)
 AT_LEAST_1 = click.IntRange(min=1)
+TOPIC_NAME = _TopicName()
 
 
 def settings_options(cls: type[Any], only: list[str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -180,8 +197,17 @@ def settings_options(cls: type[Any], only: list[str]) -> Callable[[Callable[...,
                 typ = click.IntRange(min=int(k.minimum) if k.minimum is not None else None)
             else:
                 typ = POSITIVE if k.above == 0 else SECONDS if k.minimum == 0 else float
+            unit = o.flag.rsplit("-", 1)[-1]  # --l1-full-sweep-hours: HOURS, not the type's SECONDS
             fn = click.option(
-                o.flag, o.name, type=typ, default=o.default, show_default=o.default is not None, help=k.help
+                o.flag,
+                o.name,
+                type=typ,
+                default=o.default,
+                show_default=o.default is not None,
+                help=k.help,
+                metavar=unit.upper()
+                if unit in ("seconds", "hours", "mb", "ms", "bytes") and k.kind is not int
+                else None,
             )(fn)
         return fn
 

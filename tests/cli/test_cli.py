@@ -119,8 +119,11 @@ def test_bad_input_is_one_line_and_writes_nothing(subprocess_env, store, tmp_pat
 @pytest.mark.parametrize(
     "args, expect",
     [
-        (["topic", "create", "../etc", "-p", "1"], "invalid topic name '../etc'"),
-        (["topic", "create", "x", "-p", "0"], "partition count must be an integer in [1, 100000]"),
+        (["topic", "create", "../etc", "-p", "1"], "Invalid value for 'NAME': invalid topic name '../etc'"),
+        (
+            ["topic", "create", "x", "-p", "0"],
+            "Invalid value for '--partitions' / '-p': 0 is not in the range 1<=x<=100000",
+        ),
         (["status", "--topic", "missing"], "topic 'missing' does not exist"),
         (["produce", "--generate", "--topic", "missing"], "topic 'missing' does not exist"),
         # bad option values: one line naming the option, nothing read or written
@@ -141,6 +144,25 @@ def test_cli_errors_are_one_line(subprocess_env, store, args, expect):
     assert r.returncode != 0
     assert expect in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     assert list(store.list(layout.TOPICS)) == []
+
+
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["topic", "create", "bad name", "-p", "1"], "Invalid value for 'NAME'"),
+        (["topic", "create", "x", "-p", "0"], "Invalid value for '--partitions'"),
+        (["topic", "create", "x", "-p", "100001"], "Invalid value for '--partitions'"),
+        (["demo", "--topic", "bad name", "--no-reconcile"], "Invalid value for '--topic'"),
+        (["demo", "--partitions", "0", "--no-reconcile"], "Invalid value for '--partitions'"),
+    ],
+)
+def test_a_creating_command_with_a_bad_argument_creates_no_store(tmp_path, args, expect):
+    """A mistyped store path must not be left behind as an empty store that later
+    reads as one with no partitions."""
+    root = tmp_path / "typo" / "store"
+    r = ctp({**os.environ, "CTP_STORE": f"file://{root}"}, *args)
+    assert r.returncode == 2 and expect in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "typo").exists()
 
 
 def test_topic_create_twice_says_it_exists(subprocess_env):
@@ -360,3 +382,17 @@ def test_s3_timeouts_default_bounded_and_bad_values_name_their_variable():
 def test_a_drivers_multi_line_message_is_one_line():
     r = ctp({**os.environ, "CTP_S3_MAX_ATTEMPTS": "1"}, "epoch", "show", "--store", "s3://my bucket/p")
     assert r.returncode == 1 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_status_names_a_newest_gc_record_that_does_not_read(tmp_path):
+    root = tmp_path / "store"
+    env = {**os.environ, "CTP_STORE": f"file://{root}", "CTP_REPORT_DIR": str(tmp_path / "r")}
+    ok(env, "topic", "create", "t", "-p", "1")
+    ok(env, "gc")
+    ok(env, "gc")
+    newest = sorted((root / "gc" / "history").glob("*.json"))[-1]
+    newest.write_bytes(b"xx")
+    r = ctp(env, "status")
+    assert r.returncode == 0, r.stderr
+    assert f"warning: the newest GC record ({int(newest.stem)}) does not read" in r.stderr, r.stderr
+    assert "GC: no run yet" not in r.stdout and "does not read" in r.stdout
