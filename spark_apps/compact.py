@@ -41,13 +41,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def check(args: argparse.Namespace) -> None:
+    """What the run needs, checked before Spark starts: its settings, the store (it
+    must exist), ``$CTP_SPARK_INLINE_PLAN_MB``."""
+    from ctp_state.settings import CompactSettings, from_options
+    from ctp_state.storage import open_store
+
+    from_options(CompactSettings, vars(args))
+    open_store(args.store, os.environ, create=False)
+    inline_plan_mb(os.environ)
+
+
 def run(spark: Any, args: argparse.Namespace) -> Any:
     from ctp_state.compact import run_compaction
     from ctp_state.settings import CompactSettings, from_options
     from ctp_state.storage import open_store
 
     config = from_options(CompactSettings, vars(args))
-    store = open_store(args.store, os.environ)
+    store = open_store(args.store, os.environ, create=False)  # a mistyped path is an error, not an empty store
     return run_compaction(
         store,
         topics=args.topics,
@@ -58,7 +69,7 @@ def run(spark: Any, args: argparse.Namespace) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    summary = run_app(args, run, app_name="ctp-compact", env=os.environ)
+    summary = run_app(args, run, app_name="ctp-compact", env=os.environ, check=check)
     if summary is None:
         return 1
     print(json.dumps(summary.as_dict(), indent=1))

@@ -63,12 +63,22 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return from_options(ReconcileSettings, vars(args))
 
 
+def check(args: argparse.Namespace) -> None:
+    """What the run needs, checked before Spark starts: its settings, the store (it
+    must exist), ``$CTP_SPARK_INLINE_PLAN_MB``."""
+    from ctp_state.storage import open_store
+
+    config_from_args(args)
+    open_store(args.store, os.environ, create=False)
+    inline_plan_mb(os.environ)
+
+
 def run(spark: Any, args: argparse.Namespace, on_progress: Callable[[str, int, int], None] | None = None) -> Any:
     from ctp_state.reconcile import run_reconcile
     from ctp_state.storage import open_store
 
     config = config_from_args(args)
-    store = open_store(args.store, os.environ)
+    store = open_store(args.store, os.environ, create=False)  # a mistyped path is an error, not an empty store
     return run_reconcile(
         store,
         topics=args.topics,
@@ -80,7 +90,7 @@ def run(spark: Any, args: argparse.Namespace, on_progress: Callable[[str, int, i
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    summary = run_app(args, run, app_name="ctp-reconcile", env=os.environ)
+    summary = run_app(args, run, app_name="ctp-reconcile", env=os.environ, check=check)
     if summary is None:
         return 1
     from ctp_state.records import encode

@@ -164,10 +164,12 @@ def reconcile(
     """Run the Spark reconciler (the same app Airflow submits) on a local Spark, a
     cluster master, or through a Spark Connect server."""
     from ctp_state.cli.spark import reconcile_with_spark
+    from ctp_state.spark.session import inline_plan_mb
+    from ctp_state.status import select_topics
 
     settings = from_options(ReconcileSettings, knobs)
-    for name in topics:
-        validate.topic_name(name)
+    select_topics(store, topics)  # a topic that does not exist is one line before Spark starts
+    inline_plan_mb(os.environ)
     with _progress() as progress:
         task = progress.add_task("starting Spark", total=None)
 

@@ -35,8 +35,22 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_":
 
 
 def inline_plan_mb(env: Mapping[str, str]) -> float:
-    """The entry points' ``$CTP_SPARK_INLINE_PLAN_MB``, else :data:`INLINE_PLAN_MB`."""
-    return float(env.get("CTP_SPARK_INLINE_PLAN_MB", INLINE_PLAN_MB))
+    """The entry points' ``$CTP_SPARK_INLINE_PLAN_MB`` (a number of MiB >= 0), else
+    :data:`INLINE_PLAN_MB`."""
+    import math
+
+    from ctp_state.errors import ConfigError
+
+    raw = env.get("CTP_SPARK_INLINE_PLAN_MB")
+    if not raw:
+        return INLINE_PLAN_MB
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = math.nan
+    if not 0 <= mb < math.inf:
+        raise ConfigError(f"CTP_SPARK_INLINE_PLAN_MB must be a number of MiB >= 0, got {raw!r}")
+    return mb
 
 
 def is_connect(spark: Any) -> bool:
@@ -235,15 +249,24 @@ def spark_session(
 _R = TypeVar("_R")
 
 
-def run_app(args: Any, run: Callable[[Any, Any], _R], *, app_name: str, env: MutableMapping[str, str]) -> _R | None:
-    """An entry point's body: ``run(spark, args)`` in a session started from ``args``
-    (``master``, ``remote``) and the entry point's ``env`` (:func:`spark_session`), its
-    workers warmed, the session stopped however it ends.
+def run_app(
+    args: Any,
+    run: Callable[[Any, Any], _R],
+    *,
+    app_name: str,
+    env: MutableMapping[str, str],
+    check: Callable[[Any], object] = lambda args: None,
+) -> _R | None:
+    """An entry point's body: ``check(args)`` (settings, the store: before a session
+    starts, so bad input costs no Spark start), then ``run(spark, args)`` in a session
+    started from ``args`` (``master``, ``remote``) and the entry point's ``env``
+    (:func:`spark_session`), its workers warmed, the session stopped however it ends.
     A :class:`ctp_state.errors.CtpError` or ``ValueError`` is printed as one line on
     stderr and gives None (the caller exits 1)."""
     from ctp_state.errors import CtpError
 
     try:
+        check(args)
         spark = spark_session(env, args.master, app_name=app_name, remote=args.remote)
         if not is_connect(spark):  # through Connect, the server's log settings apply
             spark.sparkContext.setLogLevel("WARN")

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from ctp_state import layout
-from tests.support import ctp, ok, with_this_checkout
+from tests.support import REPO, ctp, ok, with_this_checkout
 
 
 def test_a_new_users_session(subprocess_env, store):
@@ -396,3 +396,39 @@ def test_status_names_a_newest_gc_record_that_does_not_read(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"warning: the newest GC record ({int(newest.stem)}) does not read" in r.stderr, r.stderr
     assert "GC: no run yet" not in r.stdout and "does not read" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args, env, expect",
+    [
+        (["reconcile", "--topic", "nosuch"], {}, "topic 'nosuch' does not exist"),
+        (["reconcile"], {"CTP_SPARK_INLINE_PLAN_MB": "abc"}, "CTP_SPARK_INLINE_PLAN_MB must be a number of MiB >= 0"),
+        (["reconcile"], {"CTP_SPARK_INLINE_PLAN_MB": "nan"}, "CTP_SPARK_INLINE_PLAN_MB must be a number of MiB >= 0"),
+    ],
+)
+def test_reconcile_checks_its_input_before_spark_starts(tmp_path, args, env, expect):
+    """A master Spark cannot start: had the command started Spark first, the error
+    would be Spark's."""
+    base = {**os.environ, "CTP_STORE": f"file://{tmp_path}/store", "CTP_SPARK_MASTER": "no-such-master"}
+    ok(base, "topic", "create", "t", "-p", "1")
+    r = ctp({**base, **env}, *args)
+    assert r.returncode == 1 and r.stderr.startswith(f"error: {expect}") and r.stderr.count("\n") == 1, r.stderr
+
+
+@pytest.mark.parametrize("app", ["reconcile.py", "compact.py"])
+def test_the_spark_apps_refuse_a_store_that_does_not_exist_before_spark_starts(tmp_path, app):
+    import subprocess
+    import sys
+
+    root = tmp_path / "typo" / "store"
+    r = subprocess.run(
+        [sys.executable, os.path.join(REPO, "spark_apps", app), "--store", f"file://{root}", "--master", "no-such"],
+        env=with_this_checkout({**os.environ}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1 and r.stderr == f"error: store file://{root} does not exist (no such directory)\n", (
+        r.stderr
+    )
+    assert not (tmp_path / "typo").exists()
