@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -277,5 +278,9 @@ def open_s3(parsed: ParseResult, url: str, env: Mapping[str, str], create: bool 
         )
     if not parsed.netloc:
         raise ConfigError(f"S3 store URL must be s3://bucket/prefix, got {url!r}")
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,255}", parsed.netloc):
+        raise ConfigError(
+            f"S3 store URL {url!r}: {parsed.netloc!r} is not a bucket name (letters, digits, '.', '-', '_')"
+        )
     settings = S3Settings.from_env(env)
     return S3Store(parsed.netloc, parsed.path, settings.client(), settings)

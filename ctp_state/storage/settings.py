@@ -50,6 +50,9 @@ class S3Settings:
                 f"CTP_S3_MAX_ATTEMPTS must be >= 1 (attempts per request, the first included), got {max_attempts}"
             )
         endpoint = pick("CTP_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+        if endpoint and not re.match(r"^https?://[^/?#\s]+", endpoint):
+            name = next(n for n in ("CTP_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if env.get(n))
+            raise ConfigError(f"{name} must be an http(s)://host[:port] URL, got {redact_url(endpoint)!r}")
         if endpoint and url_userinfo(endpoint) is not None:
             name = next(n for n in ("CTP_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if env.get(n))
             raise ConfigError(
@@ -86,23 +89,31 @@ class S3Settings:
             read_timeout=self.read_timeout_s,
             s3={"addressing_style": "path"} if self.endpoint_url else None,
         )
+        from botocore.exceptions import BotoCoreError
+
         global _session
         # One boto3 session per process: a client from a new session loads the service
         # model again (0.3-0.5 s a client), a second client from the same one takes
         # milliseconds. Credentials are the client's own, never the session's. A
         # session is not safe to make clients from in two threads at once: the lock.
         with _session_lock:
-            if _session is None:
-                _session = boto3.session.Session()
-            return _session.client(
-                "s3",
-                endpoint_url=self.endpoint_url,
-                region_name=self.region,
-                aws_access_key_id=self.access_key_id,
-                aws_secret_access_key=self.secret_access_key,
-                aws_session_token=self.session_token,
-                config=cfg,
-            )
+            try:
+                if _session is None:
+                    _session = boto3.session.Session()
+                return _session.client(
+                    "s3",
+                    endpoint_url=self.endpoint_url,
+                    region_name=self.region,
+                    aws_access_key_id=self.access_key_id,
+                    aws_secret_access_key=self.secret_access_key,
+                    aws_session_token=self.session_token,
+                    config=cfg,
+                )
+            except (BotoCoreError, ValueError) as e:  # a bad region or profile (messages name no secret)
+                raise ConfigError(
+                    f"cannot make an S3 client: {type(e).__name__}: {e} "
+                    "(check CTP_S3_REGION / AWS_REGION, AWS_PROFILE and the endpoint)"
+                ) from None
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -379,9 +379,30 @@ def test_s3_timeouts_default_bounded_and_bad_values_name_their_variable():
             S3Settings.from_env({"CTP_S3_CONNECT_TIMEOUT_S": bad})
 
 
-def test_a_drivers_multi_line_message_is_one_line():
-    r = ctp({**os.environ, "CTP_S3_MAX_ATTEMPTS": "1"}, "epoch", "show", "--store", "s3://my bucket/p")
-    assert r.returncode == 1 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+@pytest.mark.parametrize(
+    "env, expect",
+    [
+        ({"CTP_STORE": "s3://my bucket/p"}, "'my bucket' is not a bucket name"),
+        ({"CTP_STORE": "s3://bucket:badport/p"}, "'bucket:badport' is not a bucket name"),
+        ({"CTP_S3_ENDPOINT_URL": "not-a-url"}, "CTP_S3_ENDPOINT_URL must be an http(s)://host[:port] URL"),
+        ({"AWS_REGION": "bad region!"}, "cannot make an S3 client: InvalidRegionError"),
+        ({"AWS_PROFILE": "no-such-profile-xyz"}, "cannot make an S3 client: ProfileNotFound"),
+    ],
+)
+def test_bad_s3_settings_are_one_line_naming_what_to_check(tmp_path, env, expect):
+    base = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CTP_S3_"))},
+        "CTP_STORE": "s3://b/p",
+        "CTP_S3_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "CTP_S3_MAX_ATTEMPTS": "1",
+    }
+    r = ctp({**base, **env}, "epoch", "show")
+    assert r.returncode == 1 and expect in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "s3cr3t-value" not in r.stderr
 
 
 def test_status_names_a_newest_gc_record_that_does_not_read(tmp_path):
