@@ -17,7 +17,7 @@ from ctp_state.cli.framework import (
 )
 from ctp_state.codec import JsonObject
 from ctp_state.epoch import ClusterEpoch
-from ctp_state.storage import ObjectStore
+from ctp_state.storage import ObjectStore, redact_url
 from ctp_state.topic_meta import MAX_PARTITIONS
 
 # --- topics -----------------------------------------------------------------------------
@@ -49,9 +49,16 @@ def topic_create(
     """Create topic NAME (or finish a crashed creation). Retention (`ctp retention`
     applies it, Kafka's meaning) defaults to keeping everything; `ctp topic alter`
     changes it."""
+    from ctp_state.errors import TopicNotFound
     from ctp_state.incarnations import set_retention
-    from ctp_state.topics import create_topic
+    from ctp_state.topics import create_topic, get_topic
 
+    existed = False
+    if exist_ok:  # (for the message only: create_topic decides)
+        try:
+            existed = get_topic(store, name).partitions == partitions
+        except TopicNotFound:
+            pass
     repaired: list[JsonObject] = []  # appended to from create_topic's pool threads
     with _progress() as progress:
         task = progress.add_task("writing partition inits", total=partitions)
@@ -67,10 +74,11 @@ def topic_create(
         set_retention(store, name, retention_ms, retention_bytes, expect_id=t.incarnation)
     repaired.sort(key=lambda r: int(r["partition"]))
     lines = [f"repaired {t.name}/{r['partition']}: {r['repair']}" for r in repaired]
+    done = "topic {} exists with {} partitions" if existed else "created topic {} with {} partitions"
     emit(
         as_json,
-        {"topic": t.name, "partitions": t.partitions, "id": t.id, "repaired": repaired},
-        "\n".join(lines + [f"created topic {t.name} with {t.partitions} partitions in {store.url}"]),
+        {"topic": t.name, "partitions": t.partitions, "id": t.id, "repaired": repaired, "existed": existed},
+        "\n".join(lines + [done.format(t.name, t.partitions) + f" in {redact_url(store.url)}"]),
     )
 
 

@@ -169,7 +169,9 @@ def test_topic_create_twice_says_it_exists(subprocess_env):
     ok(subprocess_env, "topic", "create", "t", "-p", "2")
     r = ctp(subprocess_env, "topic", "create", "t", "-p", "2")
     assert r.returncode == 1 and "already exists with 2 partitions" in r.stderr
-    ok(subprocess_env, "topic", "create", "t", "-p", "2", "--exist-ok")
+    out = ok(subprocess_env, "topic", "create", "t", "-p", "2", "--exist-ok")
+    assert out.startswith("topic t exists with 2 partitions in "), out
+    assert "created" not in out
 
 
 def test_bad_store_urls(tmp_path):
