@@ -49,7 +49,12 @@ def report_dir_from_env(env: Mapping[str, str], store_url: str) -> str:
     """``$CTP_REPORT_DIR`` from the caller's environment, else the store's own
     directory under ``$HOME/.ctp/reports/`` (:func:`default_report_dir`)."""
     if env.get("CTP_REPORT_DIR"):
-        return os.path.abspath(env["CTP_REPORT_DIR"])
+        path = os.path.abspath(env["CTP_REPORT_DIR"])
+        if os.path.exists(path) and not os.path.isdir(path):
+            from ctp_state.errors import ConfigError
+
+            raise ConfigError(f"CTP_REPORT_DIR {path} is not a directory")
+        return path
     return default_report_dir(store_url, env.get("HOME") or os.path.expanduser("~"))
 
 

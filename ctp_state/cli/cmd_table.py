@@ -155,5 +155,7 @@ def table_files(
     if as_json:
         emit(True, [vars(f) for f in view.files])
     else:
+        if view.snapshot_id is None:  # (stderr: stdout stays a list of paths for scripts)
+            click.echo(f"table {view.table}: not published yet (ctp table publish {topic})", err=True)
         for f in view.files:
             click.echo(f.path)

@@ -455,3 +455,13 @@ def test_the_spark_apps_refuse_a_store_that_does_not_exist_before_spark_starts(t
         r.stderr
     )
     assert not (tmp_path / "typo").exists()
+
+
+def test_a_report_dir_that_is_a_file_and_an_unpublished_tables_files_say_so(tmp_path):
+    env = {**os.environ, "CTP_STORE": f"file://{tmp_path}/store", "CTP_REPORT_DIR": str(tmp_path / "afile")}
+    (tmp_path / "afile").write_text("not a directory")
+    ok(env, "topic", "create", "t", "-p", "1")
+    r = ctp(env, "gc", "--dry-run")
+    assert r.returncode == 1 and r.stderr == f"error: CTP_REPORT_DIR {tmp_path / 'afile'} is not a directory\n"
+    r = ctp(env, "table", "files", "t")
+    assert r.returncode == 0 and r.stdout == "" and "table ctp.t: not published yet" in r.stderr, r.stderr
