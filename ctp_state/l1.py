@@ -329,6 +329,20 @@ def newest_record_ms(store: ObjectStore, key: str) -> int | None:
     return best
 
 
+def newest_record_ms_read(store: ObjectStore, key: str) -> int | None:
+    """The newest record's timestamp in L1 file ``key``, from its records: the file read
+    whole, its page checksums and schema verified (:func:`parse_l1`); None if it holds
+    none. What lets a file go for its age: a footer's statistics are not checked
+    against anything, and a damaged one could make young records look old."""
+    import pyarrow.compute as pc
+
+    table = parse_l1(store.get(key), key)
+    if table.num_rows == 0:
+        return None
+    newest = pc.max(table.column("timestamp").cast(pa.int64())).as_py()  # microseconds
+    return None if newest is None else int(newest) // 1000
+
+
 def weight_of(size: int, metadata: Mapping[bytes, bytes] | None) -> int:
     """What an L1 file of ``size`` bytes weighs for retention.bytes: its size, or the
     bytes of the files it replaced when its footer (``metadata``) names more (a

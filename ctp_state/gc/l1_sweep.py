@@ -61,7 +61,7 @@ import pyarrow.compute as pc
 
 from ctp_state import layout
 from ctp_state.errors import CorruptData, ObjectNotFound
-from ctp_state.l1 import file_weight, newest_record_ms, parse_l1
+from ctp_state.l1 import file_weight, newest_record_ms_read, parse_l1
 from ctp_state.parallel import pmap, read_threads
 from ctp_state.partition_state import L1Ref
 from ctp_state.storage import ObjectInfo, ObjectStore
@@ -280,8 +280,8 @@ def sweep_partition(
                 res.new_files.append(_check_row(store, inp, retiring, retiring.first - 1))
                 checked.add(retiring.key)
             if retiring is True:  # dropped: the gate checks what allowed it
-                try:
-                    newest = newest_record_ms(store, key)
+                try:  # its records' own times: the footer's statistics are not checked (R11)
+                    newest = newest_record_ms_read(store, key)
                 except (CorruptData, ObjectNotFound):
                     newest = None
                 res.dropped.append(Dropped(key, last, newest, 0))

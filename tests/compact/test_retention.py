@@ -384,3 +384,38 @@ def test_delete_records_killed_before_its_trim_then_a_rerun_moves_the_start_once
     r = subprocess.run(args, env=subprocess_env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-1500:]
     assert offsets(store) == [7, 8, 9]
+
+
+def _forge_newest_stat(store, key: str, old_us: int, new_us: int) -> None:
+    """Rewrite the timestamp statistics in ``key``'s footer (same length, data pages
+    untouched): bit rot, or a bad rewrite, that makes its records look older."""
+    import struct
+
+    data = bytearray(store.get(key))
+    flen = struct.unpack("<I", data[-8:-4])[0]
+    lo = len(data) - 8 - flen
+    footer = bytes(data[lo:-8])
+    assert struct.pack("<q", old_us) in footer
+    data[lo:-8] = footer.replace(struct.pack("<q", old_us), struct.pack("<q", new_us))
+    store.put(key, bytes(data))
+
+
+def test_a_file_whose_footer_makes_its_records_look_old_is_not_deleted_by_retention_ms(store, gate):
+    """(From the twenty-fifth session's retention review.) L1 is the only copy: the GC
+    lets a file retention.ms dropped go only by its records' own timestamps, read from
+    its data pages (page checksums verified), not by its footer's statistics, which the
+    trim trusted (one ranged read). Before, the file below -- records five minutes old,
+    retention an hour, a footer that says a day -- was trimmed and then deleted."""
+    now = int(time.time() * 1000)
+    young = now - 5 * 60_000
+    timed_rounds(store, [young, young + 1], partitions=1)
+    set_retention(store, "t", HOUR, None)
+    first = plog(store, "t", 0).read_state().committed_l1_files()[0]
+    _forge_newest_stat(store, first.key, (young + 4) * 1000, (young - 24 * HOUR) * 1000)
+    run_retention(store)  # the trim reads the footer: its start offset moves past the file
+    for _ in range(2):  # later commits, so the GC reads the partition's log
+        ClusterEpoch(store).advance()
+        reconcile(store)
+    rec = run_gc(store, gate=gate, config=NOW)
+    assert rec.status == "ok" and rec.l1_retired_deleted == 0 and rec.l1_dropped_held == 1, rec
+    assert store.head(first.key) is not None
